@@ -1,0 +1,3 @@
+from stochopt.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""The emulated accelerator: machine presets, values (emulate) and time (cost)."""

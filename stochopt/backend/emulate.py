@@ -1,0 +1,117 @@
+"""Values: run a kernel op by op on numpy arrays, rounding as the machine would.
+
+Native mode keeps every value in its dtype: bf16 through ml_dtypes, f32 math in
+float32, matmul accumulating in f32, bf16 sums rounded at every level of a pairwise
+tree. Exact mode runs everything in float64 with no rounding, so the verifier can tell
+wrong math from rounding. Nothing is kept between calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import ml_dtypes
+import numpy as np
+
+from stochopt.errors import StochoptError
+from stochopt.leir.ir import Kernel
+from stochopt.leir.ops import OPS
+from stochopt.leir.rules import Const
+from stochopt.leir.types import native_dtype
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def emulate(kernel: Kernel, inputs: Mapping[str, np.ndarray], machine=None,
+            exact: bool = False) -> np.ndarray:
+    """The kernel's output for these inputs (native dtype, or float64 when exact)."""
+    values: list[np.ndarray | None] = [None] * len(kernel.nodes)
+    last_use = _last_uses(kernel)
+    with np.errstate(all="ignore"):
+        for i, node in enumerate(kernel.nodes):
+            if node.op == "input":
+                values[i] = _input(node, inputs, exact)
+                continue
+            args = [a.value if isinstance(a, Const) else values[a] for a in node.args]
+            attrs = dict(node.attrs)
+            dtype = node.type.dtype
+            if exact:
+                out = _exact(node.op, args, attrs, dtype)
+            else:
+                out = _native(node.op, args, attrs, dtype)
+            values[i] = out
+            for a in node.inputs:  # free what no later op reads
+                if last_use[a] == i and a != kernel.output:
+                    values[a] = None
+    return values[kernel.output]
+
+
+def _last_uses(kernel: Kernel) -> list[int]:
+    last = list(range(len(kernel.nodes)))
+    for i, n in enumerate(kernel.nodes):
+        for a in n.inputs:
+            last[a] = i
+    return last
+
+
+def _input(node, inputs: Mapping[str, np.ndarray], exact: bool) -> np.ndarray:
+    name, t = node.attr("name"), node.type
+    if name not in inputs:
+        raise StochoptError(f"no value given for kernel input {name!r}")
+    x = np.asarray(inputs[name])
+    if x.shape != t.shape:
+        raise StochoptError(f"input {name!r} has shape {x.shape}, the kernel wants {t.shape}")
+    if exact:
+        return x.astype(np.float64) if t.dtype in ("f32", "bf16") else x.astype(
+            np.bool_ if t.dtype == "bool" else np.int64)
+    return x.astype(native_dtype(t.dtype))
+
+
+def _exact(op: str, args, attrs, dtype: str) -> np.ndarray:
+    out = np.asarray(OPS[op].evaluate(args, attrs, True))
+    if dtype == "bool":
+        return out.astype(np.bool_, copy=False)
+    if dtype == "i32":
+        return out.astype(np.int64, copy=False)
+    return out.astype(np.float64, copy=False)
+
+
+def _native(op: str, args, attrs, dtype: str) -> np.ndarray:
+    target = native_dtype(dtype)
+    if op in ("reduce_sum",) and target == BF16:
+        return _bf16_tree_sum(args[0], attrs["axis"], attrs["keepdims"])
+    # bf16 values are computed in float32 and rounded once per op, as the ALU does
+    widened = [a.astype(np.float32) if isinstance(a, np.ndarray) and a.dtype == BF16 else a
+               for a in args]
+    if op == "cast" and dtype == "i32":
+        widened[0] = np.clip(widened[0], -2**31, 2**31 - 1)
+    out = np.asarray(OPS[op].evaluate(widened, attrs, False))
+    return out.astype(target, copy=False)
+
+
+def _bf16_tree_sum(x: np.ndarray, axis: int, keepdims: bool) -> np.ndarray:
+    """Sum in bf16: a pairwise tree, rounded to bf16 after every level."""
+    x = np.moveaxis(x.astype(np.float32), axis, -1)
+    while x.shape[-1] > 1:
+        if x.shape[-1] % 2:
+            x = np.concatenate([x, np.zeros(x.shape[:-1] + (1,), np.float32)], axis=-1)
+        x = (x[..., 0::2] + x[..., 1::2]).astype(BF16).astype(np.float32)
+    out = np.moveaxis(x, -1, axis).astype(BF16)
+    return out if keepdims else np.squeeze(out, axis=axis)
+
+
+def random_inputs(kernel: Kernel, seed: int = 0, low: float = -10.0,
+                  high: float = 10.0) -> dict[str, np.ndarray]:
+    """Uniform random values for each kernel input, in its dtype."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for node in kernel.params:
+        t = node.type
+        if t.dtype == "bool":
+            x = rng.random(t.shape) < 0.5
+        elif t.dtype == "i32":
+            x = rng.integers(int(low), int(high) + 1, t.shape, dtype=np.int32)
+        else:
+            x = rng.uniform(low, high, t.shape).astype(native_dtype(t.dtype))
+        out[node.attr("name")] = x
+    return out

@@ -1,0 +1,114 @@
+"""Machine presets as data: the tree, memories, bandwidths, lanes and latencies.
+
+Every constant the cost model uses lives here and in docs/machine.md; a user can pass a
+TOML file with the same keys to cost kernels on a machine of their own.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, dataclass, field, fields, replace
+from math import prod
+from pathlib import Path
+
+from stochopt.errors import StochoptError
+from stochopt.leir.layout import LEVELS
+
+
+@dataclass(frozen=True)
+class Machine:
+    name: str
+    fanout: dict[str, int]                 # units of each level per parent (L2B, L1B, MAB, PE)
+    clock_mhz: float = 750.0
+    pe_local_bytes: int = 32 * 1024        # LM0 + LM1 per PE
+    l1bm_bytes: int = 64 * 1024            # per L1B
+    l2bm_bytes: int = 256 * 1024           # per L2B
+    dram_groups: int = 4                   # each serves l2b_per_group L2Bs
+    dram_bytes_per_cycle_per_group: float = 128e9 / 750e6  # 128 GB/s at 750 MHz ~ 170.7
+    word_bytes: int = 8                    # one PE ALU word per cycle
+    l1b_link_words: int = 64               # distribute / gather, per L1B per cycle
+    l2b_link_words: int = 16               # broadcast / reduce, per L2B per cycle
+    mau_bf16: tuple[int, int] = (16, 16)   # MACs per cycle per MAU: tile rows x cols
+    mau_f32: tuple[int, int] = (8, 4)
+    latency: dict[str, int] = field(default_factory=lambda: {
+        "dma": 200, "tree": 24, "vector": 4, "matrix": 16})
+
+    @property
+    def pes(self) -> int:
+        return prod(self.fanout[lv] for lv in LEVELS)
+
+    @property
+    def mabs(self) -> int:
+        return self.fanout["L2B"] * self.fanout["L1B"] * self.fanout["MAB"]
+
+    @property
+    def l2b_per_group(self) -> int:
+        return max(1, -(-self.fanout["L2B"] // self.dram_groups))
+
+    @property
+    def dram_bytes_per_cycle(self) -> float:
+        """Whole-chip DRAM bandwidth, every group busy."""
+        return self.dram_groups * self.dram_bytes_per_cycle_per_group
+
+    def summary(self) -> dict:
+        return asdict(self)
+
+
+MNCORE2 = Machine(name="mncore2", fanout={"L2B": 8, "L1B": 8, "MAB": 16, "PE": 4})
+
+# A few dozen PEs: same rules and rates, small enough for fast tests.
+SMALL = Machine(name="small", fanout={"L2B": 2, "L1B": 2, "MAB": 4, "PE": 4},
+                dram_groups=1)
+
+PRESETS = {m.name: m for m in (MNCORE2, SMALL)}
+
+
+def load_machine(name_or_path: str | Machine | None) -> Machine:
+    """A preset by name, a TOML file with Machine's keys, or a Machine as is."""
+    if name_or_path is None:
+        return MNCORE2
+    if isinstance(name_or_path, Machine):
+        return name_or_path
+    if name_or_path in PRESETS:
+        return PRESETS[name_or_path]
+    path = Path(name_or_path)
+    if path.suffix != ".toml" or not path.is_file():
+        raise StochoptError(f"unknown machine {name_or_path!r}",
+                            hint=f"use one of {', '.join(PRESETS)} or a .toml file")
+    try:
+        data = tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, OSError, UnicodeDecodeError) as e:
+        raise StochoptError(f"cannot read machine file {path}: {e}") from None
+    return machine_from_dict(data, default_name=path.stem)
+
+
+def machine_from_dict(data: dict, default_name: str = "custom") -> Machine:
+    base_name = data.pop("base", "mncore2")
+    if base_name not in PRESETS:
+        raise StochoptError(f"machine file: unknown base {base_name!r}",
+                            hint=f"use one of {', '.join(PRESETS)}")
+    known = {f.name: f for f in fields(Machine)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise StochoptError(f"machine file: unknown keys {', '.join(unknown)}",
+                            hint=f"known keys are {', '.join(known)}")
+    base = PRESETS[base_name]
+    merged = replace(base, name=data.pop("name", default_name))
+    for key, value in data.items():
+        current = getattr(base, key)
+        if isinstance(current, dict):
+            if not isinstance(value, dict) or set(value) - set(current):
+                raise StochoptError(f"machine file: {key} takes keys {', '.join(current)}")
+            value = {**current, **value}
+            bad = [k for k, v in value.items() if not isinstance(v, int) or v < 1]
+            if bad:
+                raise StochoptError(f"machine file: {key}.{bad[0]} must be a positive integer")
+        elif isinstance(current, tuple):
+            if not (isinstance(value, list) and len(value) == 2
+                    and all(isinstance(v, int) and v > 0 for v in value)):
+                raise StochoptError(f"machine file: {key} is a pair of positive integers")
+            value = tuple(value)
+        elif not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
+            raise StochoptError(f"machine file: {key} must be a positive number")
+        merged = replace(merged, **{key: value})
+    return merged

@@ -1,0 +1,149 @@
+"""The IR: a kernel is a tuple of nodes in program order; a node is one op application.
+
+Nodes refer to earlier nodes by index. Everything is frozen, so kernels are values:
+two kernels are equal when they compute the same graph with the same layouts, whatever
+their variable names. ``build`` is the only way nodes get their types, and it runs every
+op's constraint rule, so a Kernel that exists is well formed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from stochopt.errors import ConstraintError, StochoptError
+from stochopt.leir.ops import INPUT_OP, OPS, TENSORS, Op
+from stochopt.leir.rules import Const, check_local_memory
+from stochopt.leir.types import TensorType
+
+MAX_OPS = 10_000
+
+Arg = int | Const
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    op: str
+    args: tuple[Arg, ...]             # earlier node indices, or scalar literals
+    attrs: tuple[tuple[str, Any], ...]  # static arguments, in the op's parameter order
+    type: TensorType
+    name: str = field(default="", compare=False)
+    line: int | None = field(default=None, compare=False)
+
+    def attr(self, key: str) -> Any:
+        for k, v in self.attrs:
+            if k == key:
+                return v
+        raise KeyError(key)
+
+    @property
+    def inputs(self) -> tuple[int, ...]:
+        return tuple(a for a in self.args if isinstance(a, int))
+
+
+@dataclass(frozen=True, slots=True)
+class Kernel:
+    name: str
+    nodes: tuple[Node, ...]
+    output: int                                   # index of the store node returned
+    spec_path: str | None = field(default=None, compare=False)
+
+    @property
+    def params(self) -> tuple[Node, ...]:
+        return tuple(n for n in self.nodes if n.op == "input")
+
+    @property
+    def output_type(self) -> TensorType:
+        return self.nodes[self.output].type
+
+    def signature(self) -> dict[str, TensorType]:
+        return {n.attr("name"): n.type for n in self.params}
+
+    def users(self) -> list[list[int]]:
+        out: list[list[int]] = [[] for _ in self.nodes]
+        for i, n in enumerate(self.nodes):
+            for j in n.inputs:
+                out[j].append(i)
+        return out
+
+
+def op_of(name: str) -> Op:
+    return INPUT_OP if name == "input" else OPS[name]
+
+
+def infer(op_name: str, arg_types: Sequence[TensorType | Const], attrs: dict,
+          machine, names: list[str] | None = None) -> TensorType:
+    """Type of one op application, or ConstraintError."""
+    op = OPS[op_name]
+    out = op.infer(op_name, list(arg_types), attrs, machine, names or [])
+    check_local_memory(out, machine, op_name)
+    return out
+
+
+class Builder:
+    """Appends nodes one at a time, typing each as it goes (define-and-run)."""
+
+    def __init__(self, machine) -> None:
+        self.machine = machine
+        self.nodes: list[Node] = []
+
+    def input(self, name: str, type_: TensorType) -> int:
+        self.nodes.append(Node("input", (), (("name", name),), type_, name))
+        return len(self.nodes) - 1
+
+    def add(self, op_name: str, args: Sequence[Arg], attrs: dict, name: str = "",
+            line: int | None = None, col: int | None = None) -> int:
+        if len(self.nodes) >= MAX_OPS:
+            raise ConstraintError(f"kernel has more than {MAX_OPS} ops", line=line, col=col,
+                                  hint="use fewer loop iterations")
+        op = OPS[op_name]
+        types = [a if isinstance(a, Const) else self.nodes[a].type for a in args]
+        names = [str(a) if isinstance(a, Const) else (self.nodes[a].name or f"%{a}")
+                 for a in args]
+        try:
+            out = infer(op_name, types, attrs, self.machine, names)
+        except StochoptError as e:
+            if e.line is None:
+                raise type(e)(e.message, line=line, col=col, hint=e.hint) from None
+            raise
+        ordered = tuple((p.name, attrs[p.name]) for p in op.static_params)
+        self.nodes.append(Node(op_name, tuple(args), ordered, out, name, line))
+        return len(self.nodes) - 1
+
+    def finish(self, name: str, output: int, spec_path: str | None = None) -> Kernel:
+        if self.nodes[output].op != "store":
+            raise ConstraintError("a kernel must return store(...) of its result",
+                                  line=self.nodes[output].line, hint="return store(y)")
+        return Kernel(name, tuple(self.nodes), output, spec_path)
+
+
+def build(name: str, nodes: Iterable[Node], output: int, machine,
+          spec_path: str | None = None) -> Kernel:
+    """Re-type a node list from scratch (after a rewrite or mutation): a valid Kernel or
+    ConstraintError. Types on the given nodes are ignored."""
+    b = Builder(machine)
+    for i, n in enumerate(nodes):
+        if n.op == "input":
+            b.input(n.attr("name"), n.type)
+            continue
+        if n.op not in OPS:
+            raise ConstraintError(f"unknown op {n.op!r}")
+        if any(isinstance(a, int) and not 0 <= a < i for a in n.args):
+            raise ConstraintError(f"{n.op} uses a value before it is defined", line=n.line)
+        b.add(n.op, n.args, dict(n.attrs), n.name, n.line)
+    if not 0 <= output < len(b.nodes):
+        raise ConstraintError("kernel output is out of range")
+    return b.finish(name, output, spec_path)
+
+
+def check(kernel: Kernel, machine) -> Kernel:
+    """Re-run every constraint of a kernel on a machine; return it re-typed."""
+    return build(kernel.name, kernel.nodes, kernel.output, machine, kernel.spec_path)
+
+
+def tensor_arity(op: Op) -> int | None:
+    """How many tensor operands the op takes (None: a list)."""
+    if any(p.kind == TENSORS for p in op.params):
+        return None
+    return len(op.tensor_params)

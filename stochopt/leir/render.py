@@ -1,0 +1,90 @@
+"""render(kernel) -> text: the canonical LEIR text, one assignment per op.
+
+``parse(render(k)) == k`` for every kernel: loops come back unrolled, names are made
+unique, literals and static arguments are written so that they read back the same.
+"""
+
+from __future__ import annotations
+
+import keyword
+
+from stochopt.leir.ir import Kernel, Node
+from stochopt.leir.ops import AXIS, DTYPE, LAYOUT, OPS, REQUIRED, TENSOR, TENSORS
+from stochopt.leir.parser import RESERVED
+from stochopt.leir.rules import Const
+
+
+def render(kernel: Kernel) -> str:
+    names = _unique_names(kernel)
+    lines = []
+    if kernel.spec_path:
+        lines.append(f"# spec: {kernel.spec_path}")
+    params = ", ".join(f'{names[i]}: "{n.type.signature()}"'
+                       for i, n in enumerate(kernel.nodes) if n.op == "input")
+    lines.append(f'def {kernel.name}({params}) -> "{kernel.output_type.signature()}":')
+    for i, n in enumerate(kernel.nodes):
+        if n.op == "input" or i == kernel.output:
+            continue
+        lines.append(f"    {names[i]} = {expression(n, names)}")
+    lines.append(f"    return {expression(kernel.nodes[kernel.output], names)}")
+    return "\n".join(lines) + "\n"
+
+
+def expression(n: Node, names: list[str]) -> str:
+    """Right-hand side of one node, referring to earlier nodes by name."""
+    op = OPS[n.op]
+
+    def arg(a) -> str:
+        if isinstance(a, Const):
+            text = str(a)
+            return f"({text})" if text.startswith("-") else text
+        return names[a]
+
+    if n.op == "slice":
+        bounds = ", ".join(f"{lo}:{hi}" for lo, hi in n.attr("bounds"))
+        return f"{arg(n.args[0])}[{bounds}]"
+    if op.operator and n.op == "neg":
+        return f"-{arg(n.args[0])}"
+    if op.operator and op.operator != "@":
+        return f"{arg(n.args[0])} {op.operator} {arg(n.args[1])}"
+    parts: list[str] = []
+    attrs = dict(n.attrs)
+    args = iter(n.args)
+    for p in op.params:
+        if p.kind == TENSOR:
+            parts.append(arg(next(args)))
+        elif p.kind == TENSORS:
+            parts.append("[" + ", ".join(arg(a) for a in args) + "]")
+        elif p.default is REQUIRED and p.kind != AXIS:
+            parts.append(_static(p.kind, attrs[p.name]))
+        elif p.default is REQUIRED:
+            parts.append(f"{p.name}={attrs[p.name]}")
+        elif not (attrs[p.name] == p.default and type(attrs[p.name]) is type(p.default)):
+            parts.append(f"{p.name}={_static(p.kind, attrs[p.name])}")
+    return f"{n.op}({', '.join(parts)})"
+
+
+def _static(kind: str, value) -> str:
+    if kind in (LAYOUT, DTYPE):
+        return f'"{value}"'
+    if isinstance(value, tuple):
+        return "(" + ", ".join(str(v) for v in value) + ("," if len(value) == 1 else "") + ")"
+    if isinstance(value, float | int) and not isinstance(value, bool):
+        return str(Const(value))
+    return repr(value)
+
+
+def _unique_names(kernel: Kernel) -> list[str]:
+    taken: set[str] = set()
+    out = []
+    for i, n in enumerate(kernel.nodes):
+        base = n.attr("name") if n.op == "input" else (n.name or f"v{i}")
+        if not base.isidentifier() or keyword.iskeyword(base) or base in RESERVED:
+            base = f"v{i}"
+        name, k = base, 1
+        while name in taken:
+            name = f"{base}_{k}"
+            k += 1
+        taken.add(name)
+        out.append(name)
+    return out

@@ -1,0 +1,98 @@
+"""Dtypes and tensor types: every LEIR value carries dtype, shape, location and layout."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from math import prod
+
+import ml_dtypes
+import numpy as np
+
+from stochopt.errors import ConstraintError, ParseError
+from stochopt.leir.layout import Layout
+
+# name -> (numpy dtype of native values, bytes per element, is float)
+DTYPES: dict[str, tuple[np.dtype, int, bool]] = {
+    "f32": (np.dtype(np.float32), 4, True),
+    "bf16": (np.dtype(ml_dtypes.bfloat16), 2, True),
+    "i32": (np.dtype(np.int32), 4, False),
+    "bool": (np.dtype(np.bool_), 1, False),
+}
+LOCATIONS = ("dram", "pe")
+
+
+def check_dtype(name: object) -> str:
+    if not isinstance(name, str) or name not in DTYPES:
+        raise ConstraintError(f"unknown dtype {name!r}", hint=f"use one of {', '.join(DTYPES)}")
+    return name
+
+
+def itemsize(dtype: str) -> int:
+    return DTYPES[dtype][1]
+
+
+def is_float(dtype: str) -> bool:
+    return DTYPES[dtype][2]
+
+
+def native_dtype(dtype: str) -> np.dtype:
+    return DTYPES[dtype][0]
+
+
+@dataclass(frozen=True, slots=True)
+class TensorType:
+    dtype: str
+    shape: tuple[int, ...]
+    location: str  # "dram" or "pe"
+    layout: Layout | None = None  # pe values only
+
+    @property
+    def numel(self) -> int:
+        return prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * itemsize(self.dtype)
+
+    def local_bytes(self) -> int:
+        """Bytes each holding PE keeps of this value (0 for dram values)."""
+        if self.layout is None:
+            return 0
+        return self.layout.local_elements() * itemsize(self.dtype)
+
+    def signature(self) -> str:
+        """Text of a kernel parameter or return annotation: f32[128,1024] @ dram."""
+        return f"{self.dtype}[{','.join(str(s) for s in self.shape)}] @ {self.location}"
+
+    def describe(self) -> str:
+        text = f"{self.dtype}{list(self.shape)} @ {self.location}"
+        if self.layout is not None:
+            text += f" {self.layout}"
+        return text
+
+
+_SIGNATURE = re.compile(r"^\s*([a-z0-9]+)\s*\[\s*([0-9,\s]*)\]\s*@\s*([a-z]+)\s*$")
+
+
+def parse_signature(text: str, line: int | None = None, col: int | None = None) -> TensorType:
+    """Parse a parameter annotation such as ``"bf16[16,512] @ dram"``."""
+    m = _SIGNATURE.match(text) if len(text) < 200 else None
+    if not m:
+        raise ParseError(f"bad type annotation {text[:60]!r}", line=line, col=col,
+                         hint='write it as "f32[128,1024] @ dram"')
+    dtype, dims, location = m.groups()
+    if dtype not in DTYPES:
+        raise ParseError(f"unknown dtype {dtype!r}", line=line, col=col,
+                         hint=f"use one of {', '.join(DTYPES)}")
+    if location != "dram":
+        raise ParseError(f"kernel inputs and outputs live in dram, not {location!r}",
+                         line=line, col=col, hint='annotate them "... @ dram"')
+    parts = [p.strip() for p in dims.split(",") if p.strip()]
+    shape = tuple(int(p) for p in parts)
+    if not shape or any(s < 1 or s > 1 << 24 for s in shape) or len(shape) > 6:
+        raise ParseError(f"bad shape in annotation {text!r}", line=line, col=col,
+                         hint="use 1 to 6 positive dimensions")
+    if prod(shape) > 1 << 28:
+        raise ParseError(f"tensor {text!r} is too large", line=line, col=col)
+    return TensorType(dtype, shape, location)

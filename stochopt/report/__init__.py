@@ -1,0 +1,1 @@
+"""What a person sees: terminal tables, JSON facts and HTML pages."""
