@@ -90,5 +90,56 @@ def run(kernel_path: str, seed: int, show_profile: bool, as_json: bool, machine:
         console.print(resource_table(profile))
 
 
+@main.command()
+@click.argument("spec_path", metavar="SPEC.py")
+@click.option("-o", "--output", "output", type=click.Path(dir_okay=False),
+              help="Write the kernel here instead of printing it.")
+@click.option("--name", default=None, help="Which spec, when the file has several.")
+@machine_option
+def lower(spec_path: str, output: str | None, name: str | None, machine: str) -> None:
+    """Lower a numpy spec to its plain baseline kernel."""
+    from stochopt.leir import render
+    from stochopt.lower import lower as lower_spec
+    from stochopt.spec import load_spec
+
+    kernel = lower_spec(load_spec(spec_path, name), machine)
+    text = render(kernel)
+    if output:
+        _write_text(output, text)
+        err_console.print(f"wrote {output}")
+    else:
+        click.echo(text, nl=False)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@machine_option
+def specs(as_json: bool, machine: str) -> None:
+    """List the bundled specs with their baseline cycles and roofline."""
+    from stochopt.lower.catalog import spec_table
+
+    rows = spec_table(machine)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    from rich.table import Table
+
+    table = Table(title=f"bundled specs on {machine}")
+    for col in ("spec", "flops", "bytes", "roofline", "baseline", "share", "bound"):
+        table.add_column(col, justify="left" if col in ("spec", "bound") else "right")
+    for r in rows:
+        table.add_row(r["name"], f"{r['flops']:,}", f"{r['bytes']:,}",
+                      str(r["roofline_cycles"]), str(r["baseline_cycles"]),
+                      f"{100 * r['roofline_cycles'] / r['baseline_cycles']:.1f}%", r["bound"])
+    console.print(table)
+
+
+def _write_text(path: str, text: str) -> None:
+    try:
+        Path(path).write_text(text)
+    except OSError as e:
+        raise StochoptError(f"cannot write {path}: {e}") from None
+
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,38 @@
+"""The bundled specs: where they are, and their baseline and roofline on a machine."""
+
+from __future__ import annotations
+
+from math import prod
+from pathlib import Path
+
+from stochopt.backend.cost import cost
+from stochopt.backend.machine import load_machine
+from stochopt.lower.lowering import lower
+from stochopt.lower.roofline import spec_roofline
+from stochopt.spec import load_spec
+
+
+def specs_dir() -> Path:
+    """specs/ of the source tree (an editable install keeps it next to the package)."""
+    return Path(__file__).resolve().parents[2] / "specs"
+
+
+def bundled_spec_paths() -> list[Path]:
+    return sorted(p for p in specs_dir().glob("*.py") if not p.name.startswith("_"))
+
+
+def spec_table(machine=None) -> list[dict]:
+    machine = load_machine(machine)
+    rows = []
+    for path in bundled_spec_paths():
+        spec = load_spec(path)
+        roof = spec_roofline(spec, machine)
+        base = cost(lower(spec, machine), machine)
+        shapes = ", ".join(f"{n} {t.dtype}{list(t.shape)}" for n, t in spec.inputs.items())
+        rows.append({"name": spec.name, "path": str(path), "shapes": shapes,
+                     "doc": (spec.reference.__doc__ or "").strip(),
+                     "flops": sum(roof.flops.values()), "bytes": roof.dram_bytes,
+                     "roofline_cycles": roof.cycles, "baseline_cycles": base.cycles,
+                     "bound": roof.bound, "inputs": sum(prod(t.shape) for t in
+                                                         spec.inputs.values())})
+    return rows

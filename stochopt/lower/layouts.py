@@ -1,0 +1,113 @@
+"""Layout choices of the lowering: plain, valid, and small enough to fit in PE memory.
+
+The lowering is not an optimizer; it picks simple layouts (spread a leading axis over the
+tree) and, for matmul, the assignment of tree levels to the M, N and K axes that fits in
+memory and does the least matrix work. The search does the rest.
+"""
+
+from __future__ import annotations
+
+import itertools
+from math import ceil, prod
+
+from stochopt.leir.layout import LEVELS, Factor, Layout, check_layout
+from stochopt.leir.rules import make_layout
+
+
+def spread_factors(size: int, levels: list[str], fanout: dict[str, int]) -> list[Factor]:
+    """Spread one axis over the given levels, outermost first, by the largest divisors."""
+    factors = []
+    rest = size
+    for level in levels:
+        n = max((d for d in range(1, min(rest, fanout[level]) + 1) if rest % d == 0), default=1)
+        if n > 1:
+            factors.append(Factor(n, level))
+            rest //= n
+    if rest > 1 or not factors:
+        factors.append(Factor(rest))
+    return factors
+
+
+def default_layout(shape: tuple[int, ...], fanout: dict[str, int], itemsize: int,
+                   budget: int, replicated: frozenset[str] = frozenset()) -> Layout:
+    """Spread the leading axis over the tree; if a PE would still hold more than the
+    budget, spread the next axes over the levels left over."""
+    free = [lv for lv in LEVELS if lv not in replicated]
+    axes = [[Factor(s)] for s in shape]
+    lead = next((i for i, s in enumerate(shape) if s > 1), 0)
+    order = [lead] + [i for i in range(len(shape)) if i != lead]
+    for axis in order:
+        if not free:
+            break
+        local = prod(f.size for ax in axes for f in ax if f.level is None)
+        if axis != lead and local * itemsize <= budget:
+            break
+        factors = spread_factors(shape[axis], free, fanout)
+        used = {f.level for f in factors if f.level}
+        free = [lv for lv in free if lv not in used]
+        axes[axis] = factors
+    return make_layout(shape, axes, replicated)
+
+
+def operand_layout(out: Layout, shape: tuple[int, ...]) -> Layout:
+    """The layout an elementwise operand of this shape needs to combine with ``out``:
+    the same factors on shared axes, replicated wherever it is broadcast."""
+    rank = len(out.shape)
+    full = (1,) * (rank - len(shape)) + tuple(shape)
+    axes, need = [], set(out.replicated)
+    for i in range(rank):
+        if full[i] == out.shape[i]:
+            axes.append(out.axes[i])
+        else:
+            axes.append((Factor(1),))
+            need |= {f.level for f in out.axes[i] if f.level}
+    return make_layout(shape, axes[rank - len(shape):], need)
+
+
+def local_axis_layout(layout: Layout, axis: int, fanout: dict[str, int]) -> Layout:
+    """The same layout with one axis made local; its levels move to the next free axis."""
+    freed = [f.level for f in layout.axes[axis] if f.level]
+    axes = [list(a) for a in layout.axes]
+    axes[axis] = [Factor(layout.shape[axis])]
+    for i in range(len(axes)):
+        if i != axis and freed and all(f.level is None for f in axes[i]):
+            axes[i] = spread_factors(layout.shape[i], freed, fanout)
+            break
+    return make_layout(layout.shape, axes, layout.replicated)
+
+
+def matmul_plans(a_shape, b_shape, fanout: dict[str, int]):
+    """Every way to give each tree level to one matmul axis (batch, M, N, K or none).
+
+    Yields (a layout, b layout) pairs that satisfy matmul's rule: K laid out alike, a
+    replicated where N is spread and b where M is."""
+    batch = len(a_shape) - 2
+    roles = ["M", "N", "K", None] + (["B"] if batch else [])
+    M, K, N = a_shape[-2], a_shape[-1], b_shape[-1]
+    for assign in itertools.product(roles, repeat=len(LEVELS)):
+        by_role = {r: [lv for lv, x in zip(LEVELS, assign, strict=True) if x == r]
+                   for r in roles}
+        bfac = spread_factors(a_shape[0], by_role.get("B", []), fanout) if batch else None
+        mfac = spread_factors(M, by_role["M"], fanout)
+        nfac = spread_factors(N, by_role["N"], fanout)
+        kfac = spread_factors(K, by_role["K"], fanout)
+        lv = lambda fs: {f.level for f in fs if f.level}  # noqa: E731
+        batch_axes = [bfac] + [[Factor(s)] for s in a_shape[1:batch]] if batch else []
+        a = make_layout(a_shape, batch_axes + [mfac, kfac], lv(nfac))
+        b = make_layout(b_shape, batch_axes + [kfac, nfac], lv(mfac))
+        try:
+            check_layout(a, fanout)
+            check_layout(b, fanout)
+        except Exception:
+            continue
+        yield a, b
+
+
+def matmul_work(a: Layout, b: Layout, tile: tuple[int, int]) -> int:
+    """Matrix-unit cycles of a plan (the cost model's formula, without latency)."""
+    def share(layout, axis):
+        return layout.shape[axis] // prod(f.size for f in layout.axes[axis]
+                                          if f.level and f.level != "PE")
+    m, k, n = share(a, -2), share(a, -1), share(b, -1)
+    batch = prod(share(a, i) for i in range(len(a.shape) - 2))
+    return batch * ceil(m / tile[0]) * ceil(n / tile[1]) * k
