@@ -84,7 +84,8 @@ def run(kernel_path: str, seed: int, show_profile: bool, as_json: bool, machine:
     console.print(f"cycles [bold]{profile.cycles}[/] ({profile.cycles / m.clock_mhz:.2f} us)"
                   f"  roofline {roof}  ({100 * roof / max(1, profile.cycles):.1f}% of roofline)"
                   f"  peak local {profile.peak_local_bytes} B/PE"
-                  f"  bottleneck {profile.bottleneck()}")
+                  f"  bottleneck {profile.bottleneck()}"
+                  f"  critical path {profile.critical_path_cycles}")
     if show_profile:
         console.print(profile_table(profile))
         console.print(resource_table(profile))
@@ -132,6 +133,91 @@ def specs(as_json: bool, machine: str) -> None:
                       str(r["roofline_cycles"]), str(r["baseline_cycles"]),
                       f"{100 * r['roofline_cycles'] / r['baseline_cycles']:.1f}%", r["bound"])
     console.print(table)
+
+
+def _spec_for_kernel(kernel_path: str, kernel, spec_path: str | None, name: str | None):
+    """The spec named by --spec, or by the kernel's '# spec:' line (relative paths are
+    tried from the kernel's folder, then from here)."""
+    from stochopt.spec import load_spec
+
+    if spec_path is None:
+        spec_path = kernel.spec_path
+        if spec_path is None:
+            raise StochoptError(f"{kernel_path} names no spec",
+                                hint="pass --spec SPEC.py or add a first line '# spec: PATH'")
+        beside = Path(kernel_path).parent / spec_path
+        if not Path(spec_path).is_absolute() and beside.is_file():
+            spec_path = str(beside)
+    return load_spec(spec_path, name)
+
+
+@main.command()
+@click.argument("kernel_path", metavar="KERNEL.leir")
+@click.option("--spec", "spec_path", default=None, help="The spec (default: the kernel's "
+              "'# spec:' line).")
+@click.option("--name", default=None, help="Which spec, when the file has several.")
+@click.option("--examples", default=200, show_default=True, type=click.IntRange(min=1),
+              help="Inputs to try.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the inputs.")
+@click.option("--inputs", "inputs_npz", default=None, type=click.Path(dir_okay=False),
+              help="Replay one input saved as .npz (a counterexample) instead.")
+@click.option("--counterexample", "cex_path", default=None, type=click.Path(dir_okay=False),
+              help="Where to save a counterexample's inputs (default KERNEL.counterexample.npz"
+              " in the current folder).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@machine_option
+def verify(kernel_path: str, spec_path: str | None, name: str | None, examples: int, seed: int,
+           inputs_npz: str | None, cex_path: str | None, as_json: bool, machine: str) -> None:
+    """Check that a kernel computes its spec: exit 0 equivalent, 1 counterexample found,
+    2 invalid kernel, spec or arguments."""
+    from stochopt.backend.machine import load_machine
+    from stochopt.verify import certificate, check, degenerate_warnings
+    from stochopt.verify.replay import load_inputs
+
+    m = load_machine(machine)
+    kernel = _read_kernel(kernel_path, m)
+    spec = _spec_for_kernel(kernel_path, kernel, spec_path, name)
+    extra = [load_inputs(inputs_npz, spec)] if inputs_npz else None
+    verdict = check(kernel, spec, examples=1 if extra else examples, seed=seed, machine=m,
+                    extra_inputs=extra, structured=extra is None)
+    verdict.warnings.extend(degenerate_warnings(spec))
+    if verdict.counterexample is not None and inputs_npz is None:
+        verdict.counterexample.save(cex_path or f"{Path(kernel_path).stem}.counterexample.npz")
+    if as_json:
+        facts = verdict.to_json()
+        facts["kernel"] = kernel_path
+        facts["spec"] = spec.name
+        if verdict.equivalent:
+            facts["certificate"] = certificate(kernel, spec, verdict, m)
+        click.echo(json.dumps(facts, indent=2))
+    else:
+        _print_verdict(kernel_path, spec, verdict)
+    sys.exit(0 if verdict.equivalent else 1)
+
+
+def _print_verdict(kernel_path: str, spec, verdict) -> None:
+    for w in verdict.warnings:
+        err_console.print(f"[yellow]warning:[/] {w}", highlight=False)
+    head = (f"{kernel_path} vs spec {spec.name}: {verdict.examples} inputs, seed "
+            f"{verdict.seed}, {verdict.elapsed_s:.2f} s")
+    if verdict.equivalent:
+        console.print(f"[bold green]EQUIVALENT[/]  {head}", highlight=False)
+        console.print(f"  largest semantic error {verdict.max_semantic_error:.3g} x 1e-9 of "
+                      f"scale; largest precision error {verdict.max_precision_error:.3g} of "
+                      "what is allowed", highlight=False)
+        return
+    cex = verdict.counterexample
+    m = cex.mismatch
+    console.print(f"[bold red]NOT EQUIVALENT[/]  {head}", highlight=False)
+    console.print(f"  {m.check} check failed at index {list(m.index)}", highlight=False)
+    console.print(f"  expected {m.expected!r}\n  got      {m.got!r}\n  {m.detail}",
+                  highlight=False)
+    if cex.recipes:
+        console.print("  input: " + ", ".join(f"{n} = {r.pattern} (seed {r.seed})"
+                                              for n, r in cex.recipes.items()), highlight=False)
+    if cex.path:
+        console.print(f"  saved the input to {cex.path}; replay with --inputs {cex.path}",
+                      highlight=False)
 
 
 def _write_text(path: str, text: str) -> None:

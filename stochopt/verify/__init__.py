@@ -1,0 +1,9 @@
+"""Verification: equivalence of a kernel and its spec by property-based testing."""
+
+from stochopt.verify.check import (Counterexample, Verdict, certificate, check,
+                                   check_signature, reference_output)
+from stochopt.verify.degenerate import degenerate_warnings
+from stochopt.verify.screening import ScreeningSet
+
+__all__ = ["check", "Verdict", "Counterexample", "certificate", "check_signature",
+           "reference_output", "degenerate_warnings", "ScreeningSet"]

@@ -1,0 +1,139 @@
+"""Inputs that break kernels: hypothesis strategies built from a spec's tensors.
+
+A drawn input is a *recipe* (a pattern, a few parameters and a numpy seed) that expands
+to arrays. Drawing recipes rather than millions of elements keeps examples fast for big
+tensors, and lets hypothesis shrink a failure towards the simplest pattern that still
+breaks the kernel (zeros, a constant row, one outlier) instead of towards noise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from hypothesis import strategies as st
+
+from stochopt.leir.types import native_dtype
+from stochopt.spec import Spec, TensorSpec
+
+FLOAT_PATTERNS = ("uniform", "constant_rows", "extremes", "zeros", "outlier", "one_hot",
+                  "ties", "small_ints", "constant")
+BOOL_PATTERNS = ("random", "all_false_rows", "all_true_rows", "all_true", "all_false",
+                 "single_true")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How to build one tensor: a pattern, a density or fraction, and a numpy seed."""
+    pattern: str
+    seed: int
+    fraction: float = 0.5
+
+
+def tensor_recipes(t: TensorSpec) -> st.SearchStrategy[Recipe]:
+    patterns = BOOL_PATTERNS if t.dtype == "bool" else FLOAT_PATTERNS
+    return st.builds(Recipe, st.sampled_from(patterns), st.integers(0, 2**32 - 1),
+                     st.sampled_from((0.5, 0.1, 0.9, 0.25)))
+
+
+def input_recipes(spec: Spec) -> st.SearchStrategy[dict[str, Recipe]]:
+    """One recipe per spec input."""
+    return st.fixed_dictionaries({n: tensor_recipes(t) for n, t in spec.inputs.items()})
+
+
+def structured_recipes(spec: Spec) -> list[dict[str, Recipe]]:
+    """The cases every check runs first, whatever hypothesis draws after them."""
+    out = []
+    for i, (fp, bp) in enumerate(zip(FLOAT_PATTERNS, BOOL_PATTERNS * 2, strict=False)):
+        out.append({n: Recipe(bp if t.dtype == "bool" else fp, 1000 + i)
+                    for n, t in spec.inputs.items()})
+    return out
+
+
+def build_inputs(spec: Spec, recipes: dict[str, Recipe]) -> dict[str, np.ndarray]:
+    """Expand recipes into arrays in each input's dtype, inside its [low, high]."""
+    return {n: build_tensor(spec.inputs[n], r) for n, r in recipes.items()}
+
+
+def build_tensor(t: TensorSpec, r: Recipe) -> np.ndarray:
+    rng = np.random.default_rng(r.seed)
+    shape = t.shape
+    rows = shape[0] if len(shape) > 1 else 1
+    if t.dtype == "bool":
+        return _bool_tensor(r, rng, shape)
+    lo, hi = t.bounds
+    if t.dtype == "i32":
+        lo, hi = int(np.ceil(lo)), int(np.floor(hi))
+    x = rng.uniform(lo, hi, shape)
+    flat_rows = x.reshape(rows, -1)
+    p = r.pattern
+    if p == "constant_rows":
+        pick = rng.random(rows) < r.fraction
+        flat_rows[pick] = rng.uniform(lo, hi, (int(pick.sum()), 1))
+    elif p == "extremes":
+        x = np.where(rng.random(shape) < r.fraction, lo, hi).astype(np.float64)
+    elif p == "zeros":
+        x = np.full(shape, _clip(0.0, lo, hi))
+    elif p == "outlier":
+        x = rng.uniform(lo, hi, shape) * 0.01 + _clip(0.0, lo, hi)
+        x = np.clip(x, lo, hi)
+        x.flat[rng.integers(x.size)] = hi if rng.random() < 0.5 else lo
+    elif p == "one_hot":
+        base = _clip(0.0, lo, hi)
+        x = np.full(shape, base)
+        fr = x.reshape(rows, -1)
+        fr[np.arange(rows), rng.integers(fr.shape[1], size=rows)] = hi
+    elif p == "ties":
+        levels = rng.uniform(lo, hi, 3)
+        x = levels[rng.integers(3, size=shape)]
+    elif p == "small_ints":
+        x = np.clip(rng.integers(-3, 4, shape).astype(np.float64), lo, hi)
+    elif p == "constant":
+        x = np.full(shape, rng.uniform(lo, hi))
+    return _representable(np.asarray(x, dtype=np.float64).reshape(shape), t.dtype, lo, hi)
+
+
+def _bool_tensor(r: Recipe, rng, shape) -> np.ndarray:
+    rows = shape[0] if len(shape) > 1 else 1
+    p = r.pattern
+    if p == "all_true":
+        return np.ones(shape, bool)
+    if p == "all_false":
+        return np.zeros(shape, bool)
+    x = rng.random(shape) < r.fraction
+    fr = x.reshape(rows, -1) if len(shape) > 1 else x.reshape(1, -1)
+    if p == "all_false_rows":
+        fr[rng.random(fr.shape[0]) < 0.5] = False
+    elif p == "all_true_rows":
+        fr[rng.random(fr.shape[0]) < 0.5] = True
+    elif p == "single_true":
+        fr[:] = False
+        fr[np.arange(fr.shape[0]), rng.integers(fr.shape[1], size=fr.shape[0])] = True
+    return fr.reshape(shape)
+
+
+def _clip(v: float, lo: float, hi: float) -> float:
+    return float(min(max(v, lo), hi))
+
+
+def _representable(x: np.ndarray, dtype: str, lo: float, hi: float) -> np.ndarray:
+    """Round to the dtype, keeping every value inside [low, high]."""
+    native = native_dtype(dtype)
+    if dtype == "i32":
+        return np.clip(np.rint(x), lo, hi).astype(native)
+    y = x.astype(native)
+    back = y.astype(np.float64)
+    # rounding may step just outside the range: step back towards the inside
+    too_high, too_low = back > hi, back < lo
+    if too_high.any() or too_low.any():
+        inside = np.clip(back, lo, hi)
+        y = np.where(too_high, np.nextafter(inside.astype(native), native.type(-np.inf)), y)
+        y = np.where(too_low, np.nextafter(inside.astype(native), native.type(np.inf)), y)
+        y = y.astype(native)
+    return y
+
+
+def random_spec_inputs(spec: Spec, seed: int) -> dict[str, np.ndarray]:
+    """Plain uniform inputs (random masks for bool): the common case."""
+    return build_inputs(spec, {n: Recipe("random" if t.dtype == "bool" else "uniform",
+                                         seed + i) for i, (n, t) in enumerate(spec.inputs.items())})
