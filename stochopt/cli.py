@@ -220,6 +220,67 @@ def _print_verdict(kernel_path: str, spec, verdict) -> None:
                       highlight=False)
 
 
+@main.command()
+@click.argument("spec_path", metavar="SPEC.py", required=False)
+@click.option("--budget", default="10m", show_default=True,
+              help="Wall time: 30s, 10m, 48h, 1h30m.")
+@click.option("--proposer", default="mixed", show_default=True,
+              type=click.Choice(["mixed", "mutate", "rewrite", "llm"]))
+@click.option("--chains", default=None, type=click.IntRange(1, 64),
+              help="Chains in worker processes (default: the CPU count).")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--init", "init", default=None, type=click.Path(dir_okay=False),
+              help="Start from this kernel instead of the lowered one.")
+@click.option("--name", default=None, help="Which spec, when the file has several.")
+@click.option("--run-dir", default=None, help="Directory of the run "
+              "(default runs/<spec>-<time>).")
+@click.option("--resume", default=None, type=click.Path(file_okay=False),
+              help="Continue a stopped run with the budget it has left.")
+@click.option("--max-proposals", default=None, type=click.IntRange(min=1))
+@click.option("--max-cost", default=None, type=click.FloatRange(min=0, min_open=True),
+              help="Stop when the LLM has cost this many dollars.")
+@click.option("--quiet", is_flag=True, help="No live display.")
+@machine_option
+def optimize(spec_path, budget, proposer, chains, seed, init, name, run_dir, resume,
+             max_proposals, max_cost, quiet, machine) -> None:
+    """Search for a faster kernel equivalent to a spec."""
+    from rich.live import Live
+
+    from stochopt.search import optimize as run_optimize
+    from stochopt.search.display import progress_view, summary_lines
+
+    if spec_path is None and resume is None:
+        raise StochoptError("give a spec file, or --resume RUN_DIR")
+    if proposer in ("mixed",):
+        err_console.print("no LLM configured: mixed runs the built-in proposers "
+                          "(mutate, rewrite)", highlight=False)
+    live = None if quiet or not console.is_terminal else Live(console=console,
+                                                             refresh_per_second=4)
+    last = {"t": 0.0}
+
+    def progress(stats):
+        if live is not None:
+            live.update(progress_view(stats))
+        elif not quiet and stats["elapsed_s"] - last["t"] >= 10:
+            last["t"] = stats["elapsed_s"]
+            err_console.print(f"[{stats['elapsed_s']:.0f}s] {stats['proposals']} candidates, "
+                              f"best {stats['best_cycles']} cycles "
+                              f"({stats['speedup']:.2f}x)", highlight=False)
+
+    if live is not None:
+        live.start()
+    try:
+        result = run_optimize(spec_path, budget=budget, proposer=proposer, chains=chains,
+                              seed=seed, init=init, machine=machine, run_dir=run_dir,
+                              resume=resume, max_proposals=max_proposals, max_cost=max_cost,
+                              name=name, progress=progress)
+    finally:
+        if live is not None:
+            live.stop()
+    for line in summary_lines(result):
+        console.print(line, highlight=False)
+
+
 def _write_text(path: str, text: str) -> None:
     try:
         Path(path).write_text(text)

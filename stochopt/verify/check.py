@@ -16,7 +16,7 @@ from pathlib import Path
 import hypothesis
 import ml_dtypes
 import numpy as np
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 
 from stochopt.backend.emulate import emulate
 from stochopt.backend.machine import load_machine
@@ -29,6 +29,10 @@ from stochopt.verify.strategies import (Recipe, build_inputs, input_recipes,
                                         structured_recipes)
 
 DEFAULT_EXAMPLES = 200
+
+
+class CheckInterrupted(BaseException):
+    """The check ran past its deadline (a BaseException, so hypothesis lets it through)."""
 
 
 @dataclass
@@ -65,6 +69,7 @@ class Verdict:
     counterexample: Counterexample | None = None
     elapsed_s: float = 0.0
     warnings: list[str] = field(default_factory=list)
+    interrupted: bool = False  # stopped at its deadline: neither proved nor refuted
 
     def to_json(self) -> dict:
         out = {"equivalent": self.equivalent, "examples": self.examples, "seed": self.seed,
@@ -123,13 +128,16 @@ def _sig(d) -> str:
 class _Comparison:
     """Runs one input through kernel, baseline and reference; keeps the worst errors."""
 
-    def __init__(self, kernel, spec, baseline, machine) -> None:
+    def __init__(self, kernel, spec, baseline, machine, deadline: float | None) -> None:
         self.kernel, self.spec, self.baseline, self.machine = kernel, spec, baseline, machine
+        self.deadline = deadline
         self.semantic = 0.0
         self.precision = 0.0
         self.count = 0
 
     def run(self, inputs: dict[str, np.ndarray]) -> Mismatch | None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise CheckInterrupted()
         self.count += 1
         ref = reference_output(self.spec, inputs)
         out_shape = self.kernel.output_type.shape
@@ -150,8 +158,10 @@ class _Comparison:
 def check(kernel: Kernel, spec: Spec, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0,
           machine=None, baseline: Kernel | None = None,
           extra_inputs: list[dict[str, np.ndarray]] | None = None,
-          structured: bool = True) -> Verdict:
-    """Full equivalence check: structured cases, extra inputs, then hypothesis draws."""
+          structured: bool = True, deadline: float | None = None) -> Verdict:
+    """Full equivalence check: structured cases, extra inputs, then hypothesis draws.
+
+    ``deadline`` (time.monotonic) stops the check early with ``interrupted`` set."""
     if not isinstance(examples, int) or isinstance(examples, bool) or examples < 1:
         raise StochoptError(f"examples must be a positive integer, got {examples!r}")
     machine = load_machine(machine)
@@ -160,7 +170,15 @@ def check(kernel: Kernel, spec: Spec, *, examples: int = DEFAULT_EXAMPLES, seed:
         from stochopt.lower import lower
         baseline = lower(spec, machine)
     start = time.perf_counter()
-    cmp = _Comparison(kernel, spec, baseline, machine)
+    cmp = _Comparison(kernel, spec, baseline, machine, deadline)
+    try:
+        return _check(cmp, kernel, spec, examples, seed, extra_inputs, structured, start)
+    except CheckInterrupted:
+        return Verdict(False, cmp.count, seed, cmp.semantic, cmp.precision, None,
+                       time.perf_counter() - start, interrupted=True)
+
+
+def _check(cmp, kernel, spec, examples, seed, extra_inputs, structured, start) -> Verdict:
 
     def verdict(bad: Counterexample | None) -> Verdict:
         return Verdict(bad is None, cmp.count, seed, cmp.semantic, cmp.precision, bad,
@@ -180,6 +198,7 @@ def check(kernel: Kernel, spec: Spec, *, examples: int = DEFAULT_EXAMPLES, seed:
 
     @settings(max_examples=remaining, database=None, deadline=None, derandomize=False,
               suppress_health_check=list(HealthCheck), print_blob=False, report_multiple_bugs=False,
+              verbosity=Verbosity.quiet,
               phases=(Phase.generate, Phase.shrink))
     @hypothesis.seed(seed)
     @given(input_recipes(spec))

@@ -1,0 +1,47 @@
+"""The live progress display of a run (rich), and its closing summary."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from stochopt.search.budget import format_duration
+
+
+def progress_view(s: dict) -> Group:
+    done = min(1.0, s["elapsed_s"] / s["budget_s"]) if s["budget_s"] else 0.0
+    bar = "█" * int(30 * done) + "░" * (30 - int(30 * done))
+    head = Text.assemble(
+        (f"{s['spec']} ", "bold"), f"{bar} {format_duration(s['elapsed_s'])} / "
+        f"{format_duration(s['budget_s'])}   {s['rate']:.0f} candidates/s   "
+        f"{s['proposals']} proposed, {s['accepted']} accepted")
+    best = Text.assemble(
+        "best ", (f"{s['best_cycles']}", "bold green"), f" cycles (baseline "
+        f"{s['baseline_cycles']}, ", (f"{s['speedup']:.2f}x", "bold"),
+        f", {100 * s['roofline_share']:.1f}% of roofline)")
+    if s["tokens"]:
+        best.append(f"   {s['tokens']} tokens, ${s['cost_usd']:.4f}")
+    table = Table(box=None, pad_edge=False, show_header=True)
+    outcomes = ("parse_error", "invalid", "wrong", "rejected", "accepted", "best")
+    table.add_column("proposer")
+    for o in outcomes:
+        table.add_column(o, justify="right")
+    for name, counts in sorted(s["by_proposer"].items()):
+        table.add_row(name, *(str(counts.get(o, 0)) for o in outcomes))
+    parts = [head, best, table]
+    for err in s.get("errors", [])[-3:]:
+        parts.append(Text(f"error: {err}", style="red"))
+    return Group(*parts)
+
+
+def summary_lines(r) -> list[str]:
+    return [
+        f"{r.spec} on {r.machine}: {r.baseline_cycles} -> {r.best_cycles} cycles "
+        f"({r.speedup:.2f}x), {100 * r.roofline_share:.1f}% of roofline "
+        f"({r.roofline_cycles} cycles)",
+        f"{r.proposals} candidates, {r.accepted} accepted, in {format_duration(r.elapsed_s)} "
+        f"(stopped by {r.stopped_by}); best verified: {'yes' if r.verified else 'NO'}",
+        f"best kernel: {r.best_path}",
+        f"run directory: {r.run_dir}",
+    ]

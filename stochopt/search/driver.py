@@ -1,0 +1,164 @@
+"""optimize(): set up a run, drive chains in worker processes, keep the best verified.
+
+The main process owns the run directory: it writes events as they arrive, replaces
+best.leir atomically when a chain reports a verified improvement, checkpoints, and shows
+progress. Workers own one chain each; they stop at the deadline, on the stop event, at
+their proposal quota, or when the main process is gone.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import signal
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from stochopt.backend.cost import cost
+from stochopt.backend.machine import load_machine
+from stochopt.errors import StochoptError
+from stochopt.leir.parser import parse
+from stochopt.leir.render import render
+from stochopt.search.chain import Chain, ChainConfig
+from stochopt.search.rundir import read_json, write_json
+
+FLUSH_S = 0.25
+STATE_S = 5.0
+
+
+@dataclass
+class Job:
+    """Everything a worker needs, as plain data (it crosses a process boundary)."""
+    index: int
+    run_dir: str
+    spec_path: str
+    spec_name: str | None
+    machine: object
+    baseline_text: str
+    start_text: str
+    seed: int
+    arms: list[str]
+    config: dict
+    t0: float                   # wall-clock time at which the run's t = 0
+    deadline: float             # wall-clock time at which to stop
+    max_proposals: int | None
+    state: dict | None = None   # a checkpointed chain to restore
+    llm: dict | None = None
+
+
+def worker(job: Job, outbox, inbox, stop) -> None:
+    """Run one chain until told to stop; report events, bests and state to the parent."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    parent = os.getppid()
+    try:
+        _work(job, outbox, inbox, stop, parent)
+    except BaseException as e:  # a dying worker must say why, never hang the run
+        outbox.put(("error", job.index, f"{type(e).__name__}: {e}"))
+    finally:
+        outbox.put(("done", job.index))
+
+
+def _work(job: Job, outbox, inbox, stop, parent) -> None:
+    from stochopt.spec import load_spec
+
+    machine = load_machine(job.machine)
+    spec = load_spec(job.spec_path, job.spec_name)
+    baseline = parse(job.baseline_text, machine)
+    start = parse(job.start_text, machine)
+    llm = None
+    if "llm" in job.arms and job.llm:
+        from stochopt.search.llm import LLMProposer
+        llm = LLMProposer.from_job(job, spec, machine)
+    chain = Chain(job.index, spec, baseline, cost(baseline, machine).cycles, start, machine,
+                  job.arms, job.seed, ChainConfig(**job.config), llm)
+    chain.counterexample_dir = Path(job.run_dir) / "counterexamples"
+    if job.state:
+        chain.restore(job.state)
+    global_best = None
+    events: list[dict] = []
+    last_flush = last_state = time.time()
+    deadline_mono = time.monotonic() + (job.deadline - time.time())
+    while not stop.is_set() and time.time() < job.deadline:
+        if job.max_proposals is not None and chain.proposals >= job.max_proposals:
+            break
+        try:
+            while True:
+                kind, text, cycles = inbox.get_nowait()
+                if kind == "best" and cycles < chain.best_cycles:
+                    chain.best_cycles, global_best = cycles, text
+        except queue.Empty:
+            pass
+        event, best, facts = chain.step(deadline_mono)
+        event["t"] = round(time.time() - job.t0, 4)
+        events.append(event)
+        if best is not None:
+            outbox.put(("events", job.index, events))
+            events = []
+            outbox.put(("best", job.index, render(best), chain.best_cycles, facts))
+        if event.pop("restart", False):
+            chain.set_current(parse(global_best, machine) if global_best else chain.current)
+            chain.since_improvement = 0
+            event["restarted_from_best"] = True
+        now = time.time()
+        if now - last_flush > FLUSH_S:
+            outbox.put(("events", job.index, events))
+            events, last_flush = [], now
+            if os.getppid() != parent:  # the parent was killed: nobody is listening
+                return
+        if now - last_state > STATE_S:
+            outbox.put(("state", job.index, chain.state()))
+            last_state = now
+    if llm is not None:
+        llm.close()
+    outbox.put(("events", job.index, events))
+    outbox.put(("state", job.index, chain.state()))
+
+
+@dataclass
+class RunResult:
+    run_dir: str
+    spec: str
+    machine: str
+    baseline_cycles: int
+    best_cycles: int
+    speedup: float
+    roofline_cycles: int
+    roofline_share: float
+    best_path: str
+    proposals: int
+    accepted: int
+    verified: bool
+    elapsed_s: float
+    budget_s: float
+    stopped_by: str
+    tokens: int = 0
+    cost_usd: float = 0.0
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def start_workers(jobs: list[Job]):
+    ctx = mp.get_context("fork")
+    outbox = ctx.Queue()
+    stop = ctx.Event()
+    inboxes = [ctx.Queue() for _ in jobs]
+    procs = [ctx.Process(target=worker, args=(j, outbox, inboxes[i], stop), daemon=True,
+                         name=f"stochopt-chain-{j.index}") for i, j in enumerate(jobs)]
+    for p in procs:
+        p.start()
+    return procs, outbox, inboxes, stop
+
+
+def load_checkpoint(run_dir: Path) -> dict:
+    path = run_dir / "checkpoint.json"
+    if not path.is_file():
+        raise StochoptError(f"{run_dir} has no checkpoint.json",
+                            hint="--resume takes a run directory made by stochopt optimize")
+    return read_json(path)
+
+
+def save_checkpoint(run_dir: Path, data: dict) -> None:
+    write_json(run_dir / "checkpoint.json", data)

@@ -1,0 +1,77 @@
+"""Surgery on a kernel's node list: the few edits every move and rule is made of.
+
+Edits work on plain lists of Nodes and return new lists; types on edited nodes are
+stale until ``rebuild`` re-runs every constraint. Indices in ``args`` always point to
+earlier nodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from stochopt.leir.ir import Kernel, Node, build
+from stochopt.leir.rules import Const
+
+
+def rebuild(kernel: Kernel, nodes: list[Node], output: int, machine) -> Kernel:
+    """Drop dead code, then type-check from scratch (ConstraintError if invalid)."""
+    nodes, output = remove_dead(nodes, output)
+    return build(kernel.name, nodes, output, machine, kernel.spec_path)
+
+
+def remap(node: Node, mapping: dict[int, int]) -> Node:
+    args = tuple(a if isinstance(a, Const) else mapping.get(a, a) for a in node.args)
+    return node if args == node.args else replace(node, args=args)
+
+
+def remove_dead(nodes: list[Node], output: int) -> tuple[list[Node], int]:
+    """Keep inputs, the output and whatever it depends on; renumber."""
+    live = {output}
+    for i in range(output, -1, -1):
+        if i in live:
+            live.update(nodes[i].inputs)
+    keep = [i for i, n in enumerate(nodes) if i in live or n.op == "input"]
+    index = {old: new for new, old in enumerate(keep)}
+    return [remap(nodes[i], index) for i in keep], index[output]
+
+
+def replace_uses(nodes: list[Node], old: int, new: int, after: int | None = None) -> list[Node]:
+    """Point every reader of ``old`` (after position ``after``) at ``new``."""
+    start = (old if after is None else after) + 1
+    return nodes[:start] + [remap(n, {old: new}) for n in nodes[start:]]
+
+
+def insert(nodes: list[Node], position: int, node: Node) -> list[Node]:
+    """Insert a node at a position; later references shift by one."""
+    shift = {i: i + 1 for i in range(position, len(nodes))}
+    return nodes[:position] + [node] + [remap(n, shift) for n in nodes[position:]]
+
+
+def shifted(index: int, position: int) -> int:
+    """Where a node index lands after an insertion at ``position``."""
+    return index + 1 if index >= position else index
+
+
+def users(nodes: list[Node]) -> list[list[int]]:
+    out: list[list[int]] = [[] for _ in nodes]
+    for i, n in enumerate(nodes):
+        for a in n.inputs:
+            out[a].append(i)
+    return out
+
+
+def common_subexpressions(nodes: list[Node], output: int) -> tuple[list[Node], int]:
+    """Merge nodes that apply the same op to the same arguments (a load done twice)."""
+    seen: dict[tuple, int] = {}
+    mapping: dict[int, int] = {}
+    out = []
+    for i, n in enumerate(nodes):
+        n = remap(n, mapping)
+        key = (n.op, n.args, n.attrs) if n.op != "input" else ("input", i)
+        if key in seen:
+            mapping[i] = seen[key]
+            out.append(n)
+            continue
+        seen[key] = i
+        out.append(n)
+    return remove_dead(out, mapping.get(output, output))

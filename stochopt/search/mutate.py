@@ -1,0 +1,165 @@
+"""STOKE-style random local moves on the IR: cheap, blind, often invalid or wrong.
+
+Each move takes (kernel, rng, machine) and returns a new Kernel, None when it does not
+apply to this kernel, or raises ConstraintError when the result is ill-formed. The
+chain's cost function, not the move, decides whether a move was any good.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+from stochopt.errors import StochoptError
+from stochopt.leir.ir import Kernel, Node
+from stochopt.leir.layout import LEVELS, Factor, Layout
+from stochopt.leir.ops import OPS, siblings
+from stochopt.leir.rules import make_layout
+from stochopt.search.edit import insert, rebuild, remap, replace_uses, shifted
+
+
+def _pick(rng: random.Random, kernel: Kernel, ops: tuple[str, ...] | None = None,
+          where=None) -> int | None:
+    choices = [i for i, n in enumerate(kernel.nodes)
+               if n.op != "input" and (ops is None or n.op in ops) and (where is None or where(n))]
+    return rng.choice(choices) if choices else None
+
+
+def mutate_layout(layout: Layout, rng: random.Random, fanout: dict[str, int]) -> Layout:
+    """One random change to a layout: spread, gather, move a level, (un)replicate."""
+    axes = [list(a) for a in layout.axes]
+    replicated = set(layout.replicated)
+    used = {f.level for a in axes for f in a if f.level}
+    free = [lv for lv in LEVELS if lv not in used and lv not in replicated]
+    kind = rng.choice(("spread", "gather", "move", "replicate", "unreplicate"))
+    if kind == "spread" and free:
+        candidates = [(i, j) for i, a in enumerate(axes) for j, f in enumerate(a)
+                      if f.level is None and f.size > 1]
+        if candidates:
+            i, j = rng.choice(candidates)
+            level = rng.choice(free)
+            size = axes[i][j].size
+            divisors = [d for d in range(2, min(size, fanout[level]) + 1) if size % d == 0]
+            if divisors:
+                d = rng.choice(divisors)
+                axes[i][j:j + 1] = [Factor(d, level), Factor(size // d)]
+    elif kind == "gather":
+        spread = [(i, j) for i, a in enumerate(axes) for j, f in enumerate(a) if f.level]
+        if spread:
+            i, j = rng.choice(spread)
+            axes[i][j] = Factor(axes[i][j].size)
+    elif kind == "move":
+        spread = [(i, j) for i, a in enumerate(axes) for j, f in enumerate(a) if f.level]
+        if spread and free:
+            i, j = rng.choice(spread)
+            axes[i][j] = Factor(axes[i][j].size, rng.choice(free))
+    elif kind == "replicate" and free:
+        replicated.add(rng.choice(free))
+    elif kind == "unreplicate" and replicated:
+        replicated.discard(rng.choice(sorted(replicated)))
+    return make_layout(layout.shape, axes, replicated)
+
+
+def change_layout(kernel: Kernel, rng: random.Random, machine) -> Kernel | None:
+    """A load, relayout or full gets a randomly changed layout."""
+    i = _pick(rng, kernel, ("load", "relayout", "full"))
+    if i is None:
+        return None
+    nodes = list(kernel.nodes)
+    n = nodes[i]
+    attrs = dict(n.attrs)
+    attrs["layout"] = mutate_layout(attrs["layout"], rng, machine.fanout)
+    nodes[i] = replace(n, attrs=tuple(attrs.items()))
+    return rebuild(kernel, nodes, kernel.output, machine)
+
+
+def change_dtype(kernel: Kernel, rng: random.Random, machine) -> Kernel | None:
+    """Flip a cast between f32 and bf16, or insert a cast after a float op."""
+    nodes = list(kernel.nodes)
+    casts = [i for i, n in enumerate(nodes) if n.op == "cast"
+             and n.attr("dtype") in ("f32", "bf16")]
+    if casts and rng.random() < 0.5:
+        i = rng.choice(casts)
+        flip = "bf16" if nodes[i].attr("dtype") == "f32" else "f32"
+        nodes[i] = replace(nodes[i], attrs=(("dtype", flip),))
+        return rebuild(kernel, nodes, kernel.output, machine)
+    i = _pick(rng, kernel, where=lambda n: n.type.location == "pe"
+              and n.type.dtype in ("f32", "bf16"))
+    if i is None:
+        return None
+    target = "bf16" if nodes[i].type.dtype == "f32" else "f32"
+    cast = Node("cast", (i,), (("dtype", target),), nodes[i].type, f"{nodes[i].name}_{target}")
+    nodes = insert(nodes, i + 1, cast)
+    nodes = replace_uses(nodes, i, i + 1, after=i + 1)
+    return rebuild(kernel, nodes, shifted(kernel.output, i + 1), machine)
+
+
+def swap_independent(kernel: Kernel, rng: random.Random, machine) -> Kernel | None:
+    """Swap two neighbouring ops that do not depend on each other (changes the schedule)."""
+    nodes = list(kernel.nodes)
+    pairs = [i for i in range(len(nodes) - 1)
+             if nodes[i].op != "input" and nodes[i + 1].op != "input"
+             and i not in nodes[i + 1].inputs and i + 1 != kernel.output and i != kernel.output]
+    if not pairs:
+        return None
+    i = rng.choice(pairs)
+    a, b = nodes[i], nodes[i + 1]
+    swap = {i: i + 1, i + 1: i}
+    nodes[i], nodes[i + 1] = b, a
+    nodes = nodes[:i + 2] + [remap(n, swap) for n in nodes[i + 2:]]
+    return rebuild(kernel, nodes, kernel.output, machine)
+
+
+def sibling_op(kernel: Kernel, rng: random.Random, machine) -> Kernel | None:
+    """Replace an op by one of the same kind and parameters (add -> sub, exp -> tanh)."""
+    i = _pick(rng, kernel, where=lambda n: bool(siblings(n.op)))
+    if i is None:
+        return None
+    nodes = list(kernel.nodes)
+    new = rng.choice(siblings(nodes[i].op))
+    attrs = tuple((p.name, dict(nodes[i].attrs)[p.name]) for p in OPS[new].static_params
+                  if p.name in dict(nodes[i].attrs))
+    nodes[i] = replace(nodes[i], op=new, attrs=attrs)
+    return rebuild(kernel, nodes, kernel.output, machine)
+
+
+def delete_op(kernel: Kernel, rng: random.Random, machine) -> Kernel | None:
+    """Bypass an op: its readers read its first tensor operand instead."""
+    i = _pick(rng, kernel, where=lambda n: bool(n.inputs) and n.op != "store")
+    if i is None:
+        return None
+    nodes = replace_uses(list(kernel.nodes), i, kernel.nodes[i].inputs[0])
+    return rebuild(kernel, nodes, kernel.output, machine)
+
+
+def duplicate_op(kernel: Kernel, rng: random.Random, machine) -> Kernel | None:
+    """Copy an op just before one of its readers, which then reads the copy."""
+    readers = kernel.users()
+    i = _pick(rng, kernel, where=lambda n: n.op != "store")
+    if i is None or not readers[i]:
+        return None
+    r = rng.choice(readers[i])
+    nodes = insert(list(kernel.nodes), r, kernel.nodes[i])
+    nodes[r + 1] = replace(nodes[r + 1], args=tuple(r if a == i else a
+                                                     for a in nodes[r + 1].args))
+    return rebuild(kernel, nodes, shifted(kernel.output, r), machine)
+
+
+MOVES = {
+    "layout": change_layout,
+    "dtype": change_dtype,
+    "swap": swap_independent,
+    "sibling": sibling_op,
+    "delete": delete_op,
+    "duplicate": duplicate_op,
+}
+
+
+def propose_mutation(kernel: Kernel, rng: random.Random, machine) -> tuple[str, Kernel | None]:
+    """Apply one random move; (move name, kernel or None if it did not apply)."""
+    name = rng.choice(tuple(MOVES))
+    try:
+        return name, MOVES[name](kernel, rng, machine)
+    except StochoptError as e:
+        e.move = name  # the chain logs which move broke the kernel
+        raise

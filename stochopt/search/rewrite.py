@@ -1,0 +1,426 @@
+"""Rewrite rules that keep meaning: the classical compiler inside the search loop.
+
+Each rule is one entry: a name, its algebra, ``find(kernel)`` listing the places it
+applies, and ``apply(kernel, place, machine)`` returning the rewritten kernel (or raising
+ConstraintError when the result would be ill-formed). docs/search.md lists them all;
+tests/search prove each keeps meaning through the verifier.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from math import prod
+
+from stochopt.errors import StochoptError
+from stochopt.leir.ir import Kernel, Node
+from stochopt.leir.layout import LEVELS, Factor, Layout
+from stochopt.leir.rules import Const, make_layout
+from stochopt.leir.types import TensorType
+from stochopt.search.edit import common_subexpressions, insert, rebuild, replace_uses, shifted
+
+LAYOUT_OPS = ("load", "relayout", "full")
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    algebra: str
+    find: Callable[[Kernel], list]
+    apply: Callable[[Kernel, object, object], Kernel]
+
+
+RULES: list[Rule] = []
+
+
+def rule(name: str, algebra: str):
+    def register(find):
+        def wrap(apply):
+            RULES.append(Rule(name, algebra, find, apply))
+            return apply
+        return wrap
+    return register
+
+
+def _with(n: Node, **changes) -> Node:
+    if "attrs" in changes and isinstance(changes["attrs"], dict):
+        changes["attrs"] = tuple(changes["attrs"].items())
+    return replace(n, **changes)
+
+
+def _node(op: str, args, attrs: dict, like: TensorType, name: str = "") -> Node:
+    return Node(op, tuple(args), tuple(attrs.items()), like, name)
+
+
+def _add_before(kernel: Kernel, nodes: list[Node], position: int, node: Node):
+    """Insert ``node`` at ``position``; returns (nodes, its index, shifted output)."""
+    return insert(nodes, position, node), position, shifted(kernel.output, position)
+
+
+# -- movement ----------------------------------------------------------------------
+
+def _find_relayout_of_load(k: Kernel) -> list:
+    return [i for i, n in enumerate(k.nodes)
+            if n.op == "relayout" and k.nodes[n.args[0]].op == "load"]
+
+
+@rule("fold_relayout_into_load", "relayout(load(x, A), B) -> load(x, B)")
+def _find1(k):
+    return _find_relayout_of_load(k)
+
+
+@_find1
+def fold_relayout_into_load(k: Kernel, i: int, machine) -> Kernel:
+    nodes = list(k.nodes)
+    load = nodes[nodes[i].args[0]]
+    nodes[i] = _with(load, attrs={"layout": nodes[i].attr("layout")}, name=nodes[i].name)
+    return rebuild(k, nodes, k.output, machine)
+
+
+@rule("drop_noop_relayout", "relayout(x, layout_of(x)) -> x")
+def _find2(k):
+    return [i for i, n in enumerate(k.nodes) if n.op == "relayout"
+            and k.nodes[n.args[0]].type.layout == n.attr("layout")]
+
+
+@_find2
+def drop_noop_relayout(k: Kernel, i: int, machine) -> Kernel:
+    return rebuild(k, replace_uses(list(k.nodes), i, k.nodes[i].args[0]), k.output, machine)
+
+
+_UNARY = ("cast", "exp", "neg", "abs", "tanh", "sqrt", "reciprocal", "rsqrt", "log")
+_MOVES = ("relayout", "transpose", "reshape")
+
+
+@rule("hoist_movement", "m(f(x)) -> f(m(x)) for m in relayout, transpose, reshape and unary "
+      "elementwise f: move the narrower dtype, and let casts meet the matmul")
+def _find3(k):
+    return [i for i, n in enumerate(k.nodes) if n.op in _MOVES
+            and k.nodes[n.args[0]].op in _UNARY]
+
+
+@_find3
+def hoist_movement(k: Kernel, i: int, machine) -> Kernel:
+    nodes = list(k.nodes)
+    f = nodes[nodes[i].args[0]]
+    moved = _with(nodes[i], args=(f.args[0],) + nodes[i].args[1:], name="")
+    nodes, at, out = _add_before(k, nodes, i, moved)
+    nodes[i + 1] = _with(f, args=(at,) + f.args[1:], name=nodes[i + 1].name)
+    return rebuild(k, nodes, out, machine)
+
+
+@rule("reuse_loaded_tensor", "two identical ops (a tensor loaded twice) -> one")
+def _find4(k):
+    seen, out = {}, []
+    for i, n in enumerate(k.nodes):
+        key = (n.op, n.args, n.attrs)
+        if n.op != "input" and key in seen:
+            out.append(i)
+        seen.setdefault(key, i)
+    return out
+
+
+@_find4
+def reuse_loaded_tensor(k: Kernel, i: int, machine) -> Kernel:
+    nodes, out = common_subexpressions(list(k.nodes), k.output)
+    return rebuild(k, nodes, out, machine)
+
+
+@rule("relayout_instead_of_reload", "load(x, B) after load(x, A) -> relayout(load(x, A), B): "
+      "DRAM is read once, the second copy moves on chip")
+def _find5(k):
+    first: dict[int, int] = {}
+    out = []
+    for i, n in enumerate(k.nodes):
+        if n.op == "load":
+            if n.args[0] in first:
+                out.append((first[n.args[0]], i))
+            else:
+                first[n.args[0]] = i
+    return out
+
+
+@_find5
+def relayout_instead_of_reload(k: Kernel, site, machine) -> Kernel:
+    a, b = site
+    nodes = list(k.nodes)
+    nodes[b] = _with(nodes[b], op="relayout", args=(a,))
+    return rebuild(k, nodes, k.output, machine)
+
+
+# -- dtypes -------------------------------------------------------------------------
+
+_PRECISION = {"bool": 0, "bf16": 1, "i32": 2, "f32": 3}
+
+
+@rule("drop_widening_cast_pair", "cast(cast(x, wider), dtype_of(x)) -> x (exact)")
+def _find6(k):
+    out = []
+    for i, n in enumerate(k.nodes):
+        if n.op == "cast" and k.nodes[n.args[0]].op == "cast":
+            inner = k.nodes[n.args[0]]
+            x = k.nodes[inner.args[0]]
+            if x.type.dtype == n.attr("dtype") and x.type.dtype in ("bf16", "f32") \
+                    and _PRECISION[inner.attr("dtype")] >= _PRECISION[x.type.dtype]:
+                out.append(i)
+    return out
+
+
+@_find6
+def drop_widening_cast_pair(k: Kernel, i: int, machine) -> Kernel:
+    x = k.nodes[k.nodes[i].args[0]].args[0]
+    return rebuild(k, replace_uses(list(k.nodes), i, x), k.output, machine)
+
+
+@rule("bf16_matmul_operands", "matmul(cast(a16, f32), cast(b16, f32)) -> matmul(a16, b16): "
+      "bf16 products are exact in f32, the MAU runs 8x faster")
+def _find7(k):
+    out = []
+    for i, n in enumerate(k.nodes):
+        if n.op == "matmul":
+            ops = [k.nodes[a] for a in n.args]
+            if all(o.op == "cast" and k.nodes[o.args[0]].type.dtype == "bf16" for o in ops):
+                out.append(i)
+    return out
+
+
+@_find7
+def bf16_matmul_operands(k: Kernel, i: int, machine) -> Kernel:
+    nodes = list(k.nodes)
+    n = nodes[i]
+    nodes[i] = _with(n, args=tuple(k.nodes[a].args[0] for a in n.args))
+    return rebuild(k, nodes, k.output, machine)
+
+
+@rule("round_matmul_operands_to_bf16", "matmul(a32, b32) -> matmul(cast(a32, bf16), "
+      "cast(b32, bf16)): lossy; the precision check decides")
+def _find8(k):
+    return [i for i, n in enumerate(k.nodes) if n.op == "matmul" and n.type.dtype == "f32"
+            and k.nodes[n.args[0]].type.dtype == "f32"]
+
+
+@_find8
+def round_matmul_operands_to_bf16(k: Kernel, i: int, machine) -> Kernel:
+    nodes = list(k.nodes)
+    for side in (0, 1):
+        src = nodes[i].args[side]
+        cast = _node("cast", [src], {"dtype": "bf16"}, nodes[src].type)
+        nodes, at, _ = _add_before(k, nodes, i, cast)
+        i += 1
+        args = list(nodes[i].args)
+        args[side] = at
+        nodes[i] = _with(nodes[i], args=tuple(args))
+    return rebuild(k, nodes, shifted(shifted(k.output, i - 1), i - 1), machine)
+
+
+# -- arithmetic -------------------------------------------------------------------
+
+@rule("multiply_by_reciprocal", "x / y -> x * reciprocal(y) when y is broadcast (smaller)")
+def _find9(k):
+    return [i for i, n in enumerate(k.nodes) if n.op == "div"
+            and all(isinstance(a, int) for a in n.args)
+            and k.nodes[n.args[1]].type.numel < n.type.numel]
+
+
+@_find9
+def multiply_by_reciprocal(k: Kernel, i: int, machine) -> Kernel:
+    nodes = list(k.nodes)
+    x, y = nodes[i].args
+    r = _node("reciprocal", [y], {}, nodes[y].type)
+    nodes, at, out = _add_before(k, nodes, i, r)
+    nodes[i + 1] = _with(nodes[i + 1], op="mul", args=(x, at))
+    return rebuild(k, nodes, out, machine)
+
+
+@rule("divide_by_constant_as_multiply", "x / c -> x * (1/c)")
+def _find10(k):
+    return [i for i, n in enumerate(k.nodes) if n.op == "div" and isinstance(n.args[1], Const)
+            and n.args[1].value not in (0, 0.0)]
+
+
+@_find10
+def divide_by_constant_as_multiply(k: Kernel, i: int, machine) -> Kernel:
+    nodes = list(k.nodes)
+    x, c = nodes[i].args
+    nodes[i] = _with(nodes[i], op="mul", args=(x, Const(1.0 / c.value)))
+    return rebuild(k, nodes, k.output, machine)
+
+
+def _scale_of(n: Node) -> tuple[int, float] | None:
+    """(tensor, c) when n is x*c, c*x or x/c."""
+    if n.op == "mul":
+        a, b = n.args
+        if isinstance(b, Const) and isinstance(a, int):
+            return a, float(b.value)
+        if isinstance(a, Const) and isinstance(b, int):
+            return b, float(a.value)
+    if n.op == "div" and isinstance(n.args[1], Const) and isinstance(n.args[0], int) \
+            and n.args[1].value not in (0, 0.0):
+        return n.args[0], 1.0 / float(n.args[1].value)
+    return None
+
+
+@rule("fold_scales", "(x * c1) * c2 -> x * (c1*c2)")
+def _find11(k):
+    out = []
+    for i, n in enumerate(k.nodes):
+        outer = _scale_of(n)
+        if outer and _scale_of(k.nodes[outer[0]]):
+            out.append(i)
+    return out
+
+
+@_find11
+def fold_scales(k: Kernel, i: int, machine) -> Kernel:
+    nodes = list(k.nodes)
+    inner_idx, c2 = _scale_of(nodes[i])
+    x, c1 = _scale_of(nodes[inner_idx])
+    nodes[i] = _with(nodes[i], op="mul", args=(x, Const(c1 * c2)))
+    return rebuild(k, nodes, k.output, machine)
+
+
+@rule("scale_before_matmul", "(a @ b) * c -> (a * c) @ b: scale the smaller operand")
+def _find12(k):
+    out = []
+    for i, n in enumerate(k.nodes):
+        s = _scale_of(n)
+        if s and k.nodes[s[0]].op == "matmul":
+            out.append(i)
+    return out
+
+
+@_find12
+def scale_before_matmul(k: Kernel, i: int, machine) -> Kernel:
+    nodes = list(k.nodes)
+    mm_idx, c = _scale_of(nodes[i])
+    mm = nodes[mm_idx]
+    side = 0 if nodes[mm.args[0]].type.numel <= nodes[mm.args[1]].type.numel else 1
+    src = mm.args[side]
+    scaled = _node("mul", [src, Const(c)], {}, nodes[src].type)
+    nodes, at, out = _add_before(k, nodes, mm_idx, scaled)
+    args = list(nodes[mm_idx + 1].args)
+    args[side] = at
+    nodes[mm_idx + 1] = _with(nodes[mm_idx + 1], args=tuple(args))
+    nodes = replace_uses(nodes, i + 1, mm_idx + 1)
+    return rebuild(k, nodes, out, machine)
+
+
+@rule("reassociate_broadcasts", "(x + b1) + b2 -> x + (b1 + b2) (also *): combine the two "
+      "small operands first")
+def _find13(k):
+    out = []
+    for i, n in enumerate(k.nodes):
+        if n.op in ("add", "mul") and isinstance(n.args[0], int) and isinstance(n.args[1], int):
+            inner = k.nodes[n.args[0]]
+            if inner.op == n.op and all(isinstance(a, int) for a in inner.args):
+                b1, b2 = k.nodes[inner.args[1]].type, k.nodes[n.args[1]].type
+                if b1.numel < n.type.numel and b2.numel < n.type.numel:
+                    out.append(i)
+    return out
+
+
+@_find13
+def reassociate_broadcasts(k: Kernel, i: int, machine) -> Kernel:
+    nodes = list(k.nodes)
+    inner = nodes[nodes[i].args[0]]
+    x, b1 = inner.args
+    b2 = nodes[i].args[1]
+    small = _node(nodes[i].op, [b1, b2], {}, nodes[b1].type)
+    nodes, at, out = _add_before(k, nodes, i, small)
+    nodes[i + 1] = _with(nodes[i + 1], args=(x, at))
+    return rebuild(k, nodes, out, machine)
+
+
+# -- layouts ---------------------------------------------------------------------
+
+def _spread_sites(k: Kernel) -> list:
+    sites = []
+    for i, n in enumerate(k.nodes):
+        if n.op not in LAYOUT_OPS:
+            continue
+        lay: Layout = n.attr("layout")
+        used = set(lay.spread()) | set(lay.replicated)
+        for axis, factors in enumerate(lay.axes):
+            for j, f in enumerate(factors):
+                if f.level is None and f.size > 1:
+                    for level in LEVELS:
+                        if level not in used:
+                            sites.append((i, axis - len(lay.shape), j, level))
+    return sites
+
+
+def _spread_layout(lay: Layout, ref_axis: tuple, neg_axis: int, j: int, level: str,
+                   d: int) -> Layout | None:
+    """Apply 'split local factor j of this axis by d over level' if lay shares the axis."""
+    rank = len(lay.shape)
+    axis = neg_axis + rank
+    if axis < 0:
+        return make_layout(lay.shape, lay.axes, lay.replicated | {level}) \
+            if level not in lay.spread() else None
+    if lay.shape[axis] == 1:
+        return make_layout(lay.shape, lay.axes, lay.replicated | {level}) \
+            if level not in lay.spread() else None
+    if lay.axes[axis] != ref_axis or level in lay.spread() or level in lay.replicated:
+        return None
+    axes = [list(a) for a in lay.axes]
+    size = axes[axis][j].size
+    axes[axis][j:j + 1] = [Factor(d, level), Factor(size // d)]
+    return make_layout(lay.shape, axes, lay.replicated)
+
+
+@rule("spread_over_more_of_the_tree", "split a local factor n of an axis into d_LEVEL x n/d "
+      "in every layout that lays the axis out alike (replicate where it is broadcast)")
+def _find14(k):
+    return _spread_sites(k)
+
+
+@_find14
+def spread_over_more_of_the_tree(k: Kernel, site, machine, rng=None) -> Kernel:
+    i, neg_axis, j, level = site
+    lay: Layout = k.nodes[i].attr("layout")
+    size = lay.axes[neg_axis + len(lay.shape)][j].size
+    divisors = [d for d in range(2, min(size, machine.fanout[level]) + 1) if size % d == 0]
+    if not divisors:
+        return None
+    d = (rng or random).choice(divisors) if rng is not None else divisors[-1]
+    ref_axis = lay.axes[neg_axis + len(lay.shape)]
+    nodes = list(k.nodes)
+    for t, n in enumerate(nodes):
+        if n.op in LAYOUT_OPS:
+            new = _spread_layout(n.attr("layout"), ref_axis, neg_axis, j, level, d)
+            if new is not None:
+                attrs = dict(n.attrs)
+                attrs["layout"] = new
+                nodes[t] = _with(n, attrs=attrs)
+    return rebuild(k, nodes, k.output, machine)
+
+
+def rule_by_name(name: str) -> Rule:
+    for r in RULES:
+        if r.name == name:
+            return r
+    raise KeyError(name)
+
+
+def apply_rule(r: Rule, kernel: Kernel, site, machine, rng: random.Random | None = None):
+    if r.name == "spread_over_more_of_the_tree":
+        return r.apply(kernel, site, machine, rng)
+    return r.apply(kernel, site, machine)
+
+
+def propose_rewrite(kernel: Kernel, rng: random.Random, machine) -> tuple[str, Kernel | None]:
+    """Apply a random rule at a random place where it applies."""
+    applicable = [(r, s) for r in RULES for s in [r.find(kernel)] if s]
+    if not applicable:
+        return "none", None
+    r, sites = rng.choice(applicable)
+    try:
+        return r.name, apply_rule(r, kernel, rng.choice(sites), machine, rng)
+    except StochoptError as e:
+        e.move = r.name
+        raise
+
+
+def local_size(layout: Layout) -> int:
+    return prod(f.size for a in layout.axes for f in a if f.level is None)
