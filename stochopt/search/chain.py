@@ -145,6 +145,8 @@ class Chain:
         before = self.current_cost
         if cand.outcome is None:
             best, facts = self._evaluate(cand, event, deadline)
+        if cand.proposer == "llm" and self.llm is not None:
+            self.llm.record(event, cand)  # outcomes and counterexamples feed the next prompt
         # builtin proposals cost one unit each, so a seeded run is reproducible; an LLM
         # proposal costs the builtin proposals its latency could have paid for
         units = 1.0 if cand.proposer != "llm" else max(1.0, 200 * cand_latency(cand))
