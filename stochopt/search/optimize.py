@@ -233,9 +233,34 @@ def _drive(rd: Path, run: dict, state: dict, start_text: str, baseline_text: str
         stopped_by["why"] = "max_proposals"
     finished = stopped_by["why"] != "interrupted"
     _checkpoint(rd, stats, chain_states, finished=finished)
+    if finished:
+        _recheck_best(rd, spec, m, run["seed"], baseline_text)
     if stats.errors and stats.proposals == 0:
         raise StochoptError("every chain failed: " + "; ".join(stats.errors[:3]))
     return _result(rd, run, stats, m, stopped_by["why"])
+
+
+def _recheck_best(rd: Path, spec, machine, seed: int, baseline_text: str) -> None:
+    """The final best is checked once more with a fresh seed; the verdict goes in
+    best.json. A failure here (a kernel that slipped through) is reported, and the
+    baseline takes its place so that best.leir keeps its promise."""
+    best = json.loads((rd / "best.json").read_text())
+    if best.get("source") == "start" or "recheck" in best:
+        return
+    kernel = parse((rd / "best.leir").read_text(), machine)
+    baseline = parse(baseline_text, machine)
+    verdict = check(kernel, spec, machine=machine, baseline=baseline, seed=seed + 104729)
+    best["recheck"] = verdict.to_json()
+    if verdict.equivalent:
+        write_json(rd / "best.json", best)
+        return
+    bad = verdict.counterexample
+    bad.save(rd / "counterexamples" / "recheck.npz")
+    base_verdict = check(baseline, spec, machine=machine, baseline=baseline, seed=seed)
+    _write_best(rd, baseline, spec, base_verdict, machine, source="start")
+    raise StochoptError(f"the best kernel failed its final re-check: {bad.describe()}; "
+                        "best.leir is back to the baseline",
+                        hint=f"the failing input is in {bad.path}")
 
 
 def _machine_from_run(run: dict):
