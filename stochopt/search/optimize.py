@@ -17,11 +17,16 @@ from stochopt.leir.parser import parse
 from stochopt.leir.render import render
 from stochopt.search.budget import parse_duration
 from stochopt.search.chain import ChainConfig
-from stochopt.search.driver import (Job, RunResult, load_checkpoint, save_checkpoint,
-                                    start_workers)
+from stochopt.search.driver import Job, RunResult, load_checkpoint, save_checkpoint, start_workers
 from stochopt.search.proposers import check_proposer
-from stochopt.search.rundir import (EventLog, atomic_write, copy_spec, new_run_dir,
-                                    read_json, write_json)
+from stochopt.search.rundir import (
+    EventLog,
+    atomic_write,
+    copy_spec,
+    new_run_dir,
+    read_json,
+    write_json,
+)
 from stochopt.spec import load_spec
 from stochopt.verify.check import certificate, check
 
