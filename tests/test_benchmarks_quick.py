@@ -1,0 +1,24 @@
+"""The benchmark harness runs end to end (a smoke test: it asserts no timings)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_compare_methods_quick_runs_every_method(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "compare_methods.py"),
+                           "--quick", "--out", str(tmp_path)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads((tmp_path / "quick.json").read_text())
+    runs = data["results"]["softmax"]
+    assert set(runs) == {"mutate", "greedy", "rewrite", "mixed"}
+    for method, results in runs.items():
+        for r in results:
+            assert r["verified"], method
+            assert r["best_cycles"] <= r["baseline_cycles"]
+            assert r["best_cycles"] >= r["roofline_cycles"]
+    assert "| softmax | mixed |" in (tmp_path / "quick.md").read_text()
