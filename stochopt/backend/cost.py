@@ -1,12 +1,15 @@
 """Time and memory: cost every op, list-schedule the graph, track bytes live per PE.
 
-The scheduler runs ops in program order; each op starts when its inputs are ready and
-its resource (dma, tree, vector, matrix) is free, so loads overlap compute. The makespan
-is the kernel's cycle count. See docs/machine.md for every formula.
+The scheduler takes ops in program order. An op starts when its inputs are ready, its
+resource (dma, tree, vector, matrix) is free, and its result fits in PE memory next to
+every value still live; so loads overlap compute only as far as memory allows. A value
+holds its bytes from the start of its op to the end of its last reader. The makespan is
+the kernel's cycle count. See docs/machine.md for every formula.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import asdict, dataclass
 from math import ceil
 
@@ -15,10 +18,6 @@ from stochopt.backend.op_costs import RESOURCES, Work
 from stochopt.errors import ConstraintError
 from stochopt.leir.ir import Kernel, op_of
 from stochopt.leir.rules import Const
-from stochopt.leir.types import TensorType
-
-# ops whose result is a view of their input: they share its memory
-VIEWS = ("reshape", "transpose", "load_view")
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,13 +25,14 @@ class OpProfile:
     index: int
     op: str
     name: str
-    resource: str | None
+    resource: str | None  # "vector+tree" for an op with two stages; None when free
     start: int
     end: int
-    cycles: int
+    cycles: int           # work cycles, summed over stages (end - start when nothing waits)
     bytes: int
     flops: int
     units: int
+    stages: tuple[tuple[str, int, int], ...] = ()  # (resource, start, end) of each stage
 
 
 @dataclass(frozen=True)
@@ -40,9 +40,10 @@ class Profile:
     cycles: int
     ops: tuple[OpProfile, ...]
     busy: dict[str, int]            # cycles each resource works
-    critical_path: tuple[int, ...]  # node indices, first to last
-    peak_local_bytes: int           # most bytes live on one PE at any point
-    peak_at: int                    # node index where the peak is reached
+    critical_path: tuple[int, ...]  # longest chain of dependent ops, first to last
+    critical_path_cycles: int       # its length: no schedule can be shorter
+    peak_local_bytes: int           # most bytes live on one PE at any time
+    peak_at: int                    # node index whose result reaches the peak
     dram_bytes: int                 # bytes read and written from DRAM
     flops: int
 
@@ -57,115 +58,250 @@ class Profile:
                 "resources": {r: {"busy_cycles": self.busy[r],
                                   "busy_fraction": round(self.busy_fraction()[r], 4)}
                               for r in self.busy},
+                "bottleneck": self.bottleneck(),
                 "critical_path": list(self.critical_path),
-                "peak_local_bytes": self.peak_local_bytes, "dram_bytes": self.dram_bytes,
-                "flops": self.flops}
+                "critical_path_cycles": self.critical_path_cycles,
+                "peak_local_bytes": self.peak_local_bytes, "peak_at": self.peak_at,
+                "dram_bytes": self.dram_bytes, "flops": self.flops}
 
 
 def op_work(kernel: Kernel, machine: Machine) -> list[Work]:
+    """The Work of every node, from the op table's cost rules."""
+    nodes = kernel.nodes
     out = []
-    for n in kernel.nodes:
-        ins = [a if isinstance(a, Const) else kernel.nodes[a].type for a in n.args]
+    for n in nodes:
+        ins = [a if isinstance(a, Const) else nodes[a].type for a in n.args]
         out.append(op_of(n.op).cost(machine, ins, n.type, dict(n.attrs)))
     return out
 
 
+# ---------------------------------------------------------------------------------
+# memory over time
+# ---------------------------------------------------------------------------------
+
+class _Memory:
+    """Bytes live per PE over time: values allocated so far, each [start, release).
+
+    A release of None means a later op still reads the value. Every spread places its
+    parts on the first units of each level, so PE 0 holds a part of every pe value and
+    the sum of local bytes is the most any one PE holds.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.held: dict[int, list] = {}  # root node -> [start, release, bytes]
+        self.total = 0                    # bytes of everything held: an upper bound
+
+    def hold(self, node: int, start: int, nbytes: int) -> None:
+        self.held[node] = [start, None, nbytes]
+        self.total += nbytes
+
+    def release(self, node: int, at: int) -> None:
+        if node in self.held:
+            self.held[node][1] = at
+
+    def usage_after(self) -> tuple[list[int], list[int]]:
+        """Event times and, for each, the most bytes live at that time or later."""
+        deltas: dict[int, int] = {}
+        for start, release, nbytes in self.held.values():
+            deltas[start] = deltas.get(start, 0) + nbytes
+            if release is not None:
+                deltas[release] = deltas.get(release, 0) - nbytes
+        times = sorted(deltas)
+        live, levels = 0, []
+        for t in times:
+            live += deltas[t]
+            levels.append(live)
+        for i in range(len(levels) - 2, -1, -1):
+            levels[i] = max(levels[i], levels[i + 1])
+        return times, levels
+
+    def earliest_fit(self, t: int, nbytes: int, floor: int) -> int | None:
+        """The earliest time >= t from which nbytes more fit for good; None if never.
+        No op starts before ``floor`` any more, so what is released by then is dropped."""
+        if self.total + nbytes <= self.capacity:
+            return t
+        for k in [k for k, h in self.held.items() if h[1] is not None and h[1] <= floor]:
+            self.total -= self.held.pop(k)[2]
+        if self.total + nbytes <= self.capacity:
+            return t
+        times, most = self.usage_after()
+
+        def fits(at: int) -> bool:
+            i = bisect_right(times, at) - 1  # the last event at or before `at`
+            peak = most[i] if i >= 0 else (most[0] if most else 0)
+            return peak + nbytes <= self.capacity
+
+        if fits(t):
+            return t
+        for r in sorted({h[1] for h in self.held.values() if h[1] is not None and h[1] > t}):
+            if fits(r):
+                return r
+        return None
+
+    def live_at_end(self) -> int:
+        return sum(h[2] for h in self.held.values() if h[1] is None)
+
+
+def _peak(intervals: list[tuple[int, int, int, int]]) -> tuple[int, int]:
+    """Most bytes live at once over (start, release, bytes, node) and the node reaching it."""
+    events = []
+    for start, release, nbytes, node in intervals:
+        events.append((release, 0, -nbytes, node))  # at equal times, free before allocating
+        events.append((start, 1, nbytes, node))
+    live, peak, at = 0, 0, 0
+    for _, _, delta, node in sorted(events):
+        live += delta
+        if live > peak:
+            peak, at = live, node
+    return peak, at
+
+
+def _out_of_memory(kernel: Kernel, i: int, nbytes: int, memory: _Memory,
+                   machine: Machine) -> ConstraintError:
+    n = kernel.nodes[i]
+    live = [k for k, h in memory.held.items() if h[1] is None]
+    live.sort(key=lambda k: -memory.held[k][2])
+    names = ", ".join(f"{kernel.nodes[k].name or k} {memory.held[k][2]} B" for k in live[:4])
+    return ConstraintError(
+        f"out of PE local memory at {n.op} ({n.name or i}): its result needs {nbytes} bytes "
+        f"per PE while {memory.live_at_end()} bytes per PE stay live for later ops "
+        f"({names}); a PE has {machine.pe_local_bytes} bytes (LM0 + LM1), and values "
+        "never wait in L1BM/L2BM in this model", line=n.line,
+        hint="spread values over more of the tree, use bf16, or end their use sooner")
+
+
+# ---------------------------------------------------------------------------------
+# the scheduler
+# ---------------------------------------------------------------------------------
+
 def cost(kernel: Kernel, machine: Machine | str | None = None) -> Profile:
     """Schedule the kernel on the machine: cycles, per-op profile, memory peak."""
     machine = load_machine(machine)
+    nodes = kernel.nodes
     works = op_work(kernel, machine)
+    inputs = [n.inputs for n in nodes]
+    start, end, stages, busy, peak, peak_at = _schedule(kernel, works, inputs, machine)
+    path, path_cycles = _critical_path(works, inputs)
+    ops = tuple(OpProfile(i, n.op, n.name or n.op, w.resource, start[i], end[i], w.cycles,
+                          w.bytes, w.flops, w.units, stages[i])
+                for i, (n, w) in enumerate(zip(nodes, works, strict=True)))
+    dram = sum(w.bytes for n, w in zip(nodes, works, strict=True) if n.op in ("load", "store"))
+    return Profile(max(end, default=0), ops, busy, path, path_cycles, peak, peak_at, dram,
+                   sum(w.flops for w in works))
+
+
+def _schedule(kernel: Kernel, works: list[Work], inputs: list[tuple[int, ...]],
+              machine: Machine):
+    """Start and end of every op, busy cycles per resource, and the memory peak."""
+    nodes = kernel.nodes
+    count = len(nodes)
+    # memory roots: a free relabelling of a pe value (reshape, free transpose) is a view
+    root = list(range(count))
+    for i, w in enumerate(works):
+        if not w.stages and inputs[i] and nodes[inputs[i][0]].type.location == "pe":
+            root[i] = root[inputs[i][0]]
+    size = [n.type.local_bytes() if root[i] == i else 0 for i, n in enumerate(nodes)]
+    last_reader = list(range(count))
+    for i, ins in enumerate(inputs):
+        for a in ins:
+            last_reader[root[a]] = max(last_reader[root[a]], i)
+    # resources that ops from i on start on (a bit each): no op from i on starts before
+    # the earliest of them is free, so memory released before then can be forgotten
+    bit = {r: 1 << j for j, r in enumerate(RESOURCES)}
+    later = [0] * (count + 1)
+    for i in range(count - 1, -1, -1):
+        later[i] = later[i + 1] | (bit[works[i].stages[0][0]] if works[i].stages else 0)
+
     free = dict.fromkeys(RESOURCES, 0)
     busy = dict.fromkeys(RESOURCES, 0)
-    end = [0] * len(kernel.nodes)
-    why = [-1] * len(kernel.nodes)  # the input that made this op wait longest
-    ops = []
-    for i, (n, w) in enumerate(zip(kernel.nodes, works, strict=True)):
-        ready, waited_on = 0, -1
-        for a in n.inputs:
-            if end[a] > ready:
-                ready, waited_on = end[a], a
-        if w.resource is None:
-            start = ready
-        else:
-            start = max(ready, free[w.resource])
-            if free[w.resource] > ready:
-                waited_on = -1  # waited for the resource, not a value
-            free[w.resource] = start + w.cycles
-            busy[w.resource] += w.cycles
-        end[i] = start + w.cycles
-        why[i] = waited_on
-        ops.append(OpProfile(i, n.op, n.name or n.op, w.resource, start, end[i], w.cycles,
-                             w.bytes, w.flops, w.units))
-    makespan = max(end) if end else 0
-    path = []
-    j = max(range(len(end)), key=lambda k: end[k]) if end else -1
+    start, end, release = [0] * count, [0] * count, [0] * count
+    stages: list[tuple] = [()] * count
+    memory = _Memory(machine.pe_local_bytes)
+    for i, w in enumerate(works):
+        t = max((end[a] for a in inputs[i]), default=0)
+        if w.stages:
+            t = max(t, free[w.stages[0][0]])
+        if size[i]:
+            floor = min(free[r] for r in RESOURCES if later[i] & bit[r])
+            fit = memory.earliest_fit(t, size[i], floor)
+            if fit is None:
+                raise _out_of_memory(kernel, i, size[i], memory, machine)
+            t = fit
+        start[i] = t
+        ran = []
+        for resource, cycles in w.stages:
+            t = max(t, free[resource])
+            ran.append((resource, t, t + cycles))
+            free[resource] = t + cycles
+            busy[resource] += cycles
+            t += cycles
+        stages[i] = tuple(ran)
+        end[i] = release[i] = t
+        if size[i]:
+            memory.hold(i, start[i], size[i])
+        for r in (*(root[a] for a in inputs[i]), i):
+            if t > release[r]:
+                release[r] = t
+            if last_reader[r] == i:
+                memory.release(r, release[r])
+    peak, peak_at = _peak([(start[i], release[i], size[i], i) for i in range(count) if size[i]])
+    return start, end, stages, busy, peak, peak_at
+
+
+def _critical_path(works: list[Work], inputs: list[tuple[int, ...]]
+                   ) -> tuple[tuple[int, ...], int]:
+    """The longest chain of dependent ops by their work cycles, and its length."""
+    length = [0] * len(works)
+    before = [-1] * len(works)
+    for i, ins in enumerate(inputs):
+        longest = 0
+        for a in ins:
+            if before[i] < 0 or length[a] > longest:
+                before[i], longest = a, length[a]
+        length[i] = works[i].cycles + longest
+    if not length:
+        return (), 0
+    j = max(range(len(length)), key=lambda k: length[k])
+    total, path = length[j], []
     while j >= 0:
         path.append(j)
-        j = why[j]
-    peak, peak_at = peak_memory(kernel, machine)
-    dram = sum(w.bytes for n, w in zip(kernel.nodes, works, strict=True)
-               if n.op in ("load", "store"))
-    flops = sum(w.flops for w in works)
-    return Profile(makespan, tuple(ops), busy, tuple(reversed(path)), peak, peak_at, dram,
-                   flops)
+        j = before[j]
+    return tuple(reversed(path)), total
 
 
-def peak_memory(kernel: Kernel, machine: Machine) -> tuple[int, int]:
-    """Most bytes live on one PE at any op, in program order; raise if over the PE memory.
-
-    A value lives from its op to its last reader; views (reshape, free transpose) share
-    their input's bytes. Every PE's share is the same, so one PE stands for all.
-    """
-    nodes = kernel.nodes
-    root = list(range(len(nodes)))
-    for i, n in enumerate(nodes):
-        if n.op in VIEWS and n.inputs and nodes[n.inputs[0]].type.location == "pe":
-            root[i] = root[n.inputs[0]]
-    last = list(range(len(nodes)))
-    for i, n in enumerate(nodes):
-        for a in n.inputs:
-            last[root[a]] = max(last[root[a]], i)
-    ends_at: dict[int, list[int]] = {}
-    for r in set(root):
-        ends_at.setdefault(last[r], []).append(r)
-    live, peak, peak_at = 0, 0, 0
-    for i, n in enumerate(nodes):
-        if root[i] == i:
-            live += _bytes(n.type)
-        if live > peak:
-            peak, peak_at = live, i
-        if live > machine.pe_local_bytes:
-            raise ConstraintError(
-                f"out of PE memory at {n.op} ({n.name or i}): {live} bytes live per PE, "
-                f"the PE has {machine.pe_local_bytes}", line=n.line,
-                hint="spread values over more of the tree, or end their use sooner")
-        for r in ends_at.get(i, ()):
-            live -= _bytes(nodes[r].type)
-    return peak, peak_at
-
-
-def _bytes(t: TensorType) -> int:
-    return t.local_bytes()
+def peak_memory(kernel: Kernel, machine: Machine | str | None = None) -> tuple[int, int]:
+    """Most bytes live on one PE over the schedule and the node reaching it; raises
+    ConstraintError when the kernel cannot fit in PE memory."""
+    profile = cost(kernel, machine)
+    return profile.peak_local_bytes, profile.peak_at
 
 
 def cycles_to_us(cycles: int, machine: Machine) -> float:
     return cycles / machine.clock_mhz
 
 
+# ---------------------------------------------------------------------------------
+# roofline
+# ---------------------------------------------------------------------------------
+
+def peak_rates(machine: Machine) -> dict[str, float]:
+    """Operations per cycle of the whole chip: every PE's ALU at its widest lanes (16-bit),
+    every MAU at its largest tile, a MAC counting as two operations."""
+    tile = max(machine.mau_bf16[0] * machine.mau_bf16[1],
+               machine.mau_f32[0] * machine.mau_f32[1])
+    return {"vector": machine.pes * max(1, machine.word_bytes // 2),
+            "matrix": 2 * machine.mabs * tile}
+
+
 def roofline_cycles(dram_bytes: int, flops_by_unit: dict[str, int], machine: Machine) -> int:
-    """The least cycles any kernel moving these bytes and doing this work can take."""
+    """The least cycles any kernel moving these DRAM bytes and doing this work can take:
+    the larger of bytes over the chip's DRAM bandwidth and each unit's FLOPs over its peak."""
     bound = dram_bytes / machine.dram_bytes_per_cycle
     peak = peak_rates(machine)
     for unit, flops in flops_by_unit.items():
         bound = max(bound, flops / peak[unit])
     return ceil(bound)
-
-
-def peak_rates(machine: Machine) -> dict[str, float]:
-    """Operations per cycle of the whole chip: vector at the widest lanes, MAUs in bf16."""
-    lanes = machine.word_bytes // 2  # bf16 lanes: the fastest any kernel may use
-    return {"vector": machine.pes * lanes,
-            "matrix": 2 * machine.mabs * machine.mau_bf16[0] * machine.mau_bf16[1]}
 
 
 def roofline_of_kernel(kernel: Kernel, machine: Machine | str | None = None) -> int:
@@ -184,8 +320,6 @@ def roofline_of_kernel(kernel: Kernel, machine: Machine | str | None = None) -> 
     written = kernel.output_type.nbytes
     flops = {"vector": 0, "matrix": 0}
     for w in works:
-        if w.resource in ("vector", "tree"):
-            flops["vector"] += w.flops
-        elif w.resource == "matrix":
-            flops["matrix"] += w.flops
+        if w.stages and w.stages[0][0] in flops:
+            flops[w.stages[0][0]] += w.flops
     return roofline_cycles(read + written, flops, machine)

@@ -67,7 +67,16 @@ def _input(node, inputs: Mapping[str, np.ndarray], exact: bool) -> np.ndarray:
     return x.astype(native_dtype(t.dtype))
 
 
+def _saturate_i32(x: np.ndarray) -> np.ndarray:
+    """What cast(x, "i32") converts: saturated to the i32 range, nan as 0. Clipped in
+    float64 because float32 rounds 2**31 - 1 up to 2**31, which wraps to -2**31."""
+    x = np.asarray(x, dtype=np.float64)
+    return np.nan_to_num(np.clip(x, -(2**31), 2**31 - 1), nan=0.0)
+
+
 def _exact(op: str, args, attrs, dtype: str) -> np.ndarray:
+    if op == "cast" and dtype == "i32":  # saturate as native mode does, so the modes agree
+        args = [_saturate_i32(args[0])]
     out = np.asarray(OPS[op].evaluate(args, attrs, True))
     if dtype == "bool":
         return out.astype(np.bool_, copy=False)
@@ -84,7 +93,7 @@ def _native(op: str, args, attrs, dtype: str) -> np.ndarray:
     widened = [a.astype(np.float32) if isinstance(a, np.ndarray) and a.dtype == BF16 else a
                for a in args]
     if op == "cast" and dtype == "i32":
-        widened[0] = np.clip(widened[0], -2**31, 2**31 - 1)
+        widened[0] = _saturate_i32(widened[0])
     out = np.asarray(OPS[op].evaluate(widened, attrs, False))
     return out.astype(target, copy=False)
 

@@ -53,6 +53,9 @@ class Machine:
     def summary(self) -> dict:
         return asdict(self)
 
+    def __hash__(self) -> int:  # the dict fields would make the generated hash fail
+        return hash((self.name, tuple(self.fanout.items()), self.pe_local_bytes))
+
 
 MNCORE2 = Machine(name="mncore2", fanout={"L2B": 8, "L1B": 8, "MAB": 16, "PE": 4})
 
@@ -63,26 +66,38 @@ SMALL = Machine(name="small", fanout={"L2B": 2, "L1B": 2, "MAB": 4, "PE": 4},
 PRESETS = {m.name: m for m in (MNCORE2, SMALL)}
 
 
-def load_machine(name_or_path: str | Machine | None) -> Machine:
+def load_machine(name_or_path: str | Path | Machine | None) -> Machine:
     """A preset by name, a TOML file with Machine's keys, or a Machine as is."""
     if name_or_path is None:
         return MNCORE2
     if isinstance(name_or_path, Machine):
         return name_or_path
-    if name_or_path in PRESETS:
+    if isinstance(name_or_path, str) and name_or_path in PRESETS:
         return PRESETS[name_or_path]
     path = Path(name_or_path)
-    if path.suffix != ".toml" or not path.is_file():
-        raise StochoptError(f"unknown machine {name_or_path!r}",
+    if path.suffix != ".toml":
+        raise StochoptError(f"unknown machine {str(name_or_path)!r}",
                             hint=f"use one of {', '.join(PRESETS)} or a .toml file")
+    if not path.is_file():
+        raise StochoptError(f"machine file {path} does not exist",
+                            hint=f"give a path to a .toml file, or one of {', '.join(PRESETS)}")
     try:
         data = tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, OSError, UnicodeDecodeError) as e:
         raise StochoptError(f"cannot read machine file {path}: {e}") from None
-    return machine_from_dict(data, default_name=path.stem)
+    try:
+        return machine_from_dict(data, default_name=path.stem)
+    except StochoptError as e:
+        raise StochoptError(e.message, hint=e.hint, source=str(path)) from None
+
+
+# fields that may be fractional; every other number is a whole count of bytes or words
+_REAL_FIELDS = ("clock_mhz", "dram_bytes_per_cycle_per_group")
 
 
 def machine_from_dict(data: dict, default_name: str = "custom") -> Machine:
+    """A Machine from a preset (key ``base``, default mncore2) with some keys replaced."""
+    data = dict(data)
     base_name = data.pop("base", "mncore2")
     if base_name not in PRESETS:
         raise StochoptError(f"machine file: unknown base {base_name!r}",
@@ -91,24 +106,43 @@ def machine_from_dict(data: dict, default_name: str = "custom") -> Machine:
     unknown = sorted(set(data) - set(known))
     if unknown:
         raise StochoptError(f"machine file: unknown keys {', '.join(unknown)}",
-                            hint=f"known keys are {', '.join(known)}")
+                            hint=f"known keys are base, {', '.join(known)}")
+    name = data.pop("name", default_name)
+    if not isinstance(name, str) or not name:
+        raise StochoptError("machine file: name must be a non-empty string")
     base = PRESETS[base_name]
-    merged = replace(base, name=data.pop("name", default_name))
+    merged = replace(base, name=name)
     for key, value in data.items():
         current = getattr(base, key)
         if isinstance(current, dict):
             if not isinstance(value, dict) or set(value) - set(current):
-                raise StochoptError(f"machine file: {key} takes keys {', '.join(current)}")
+                raise StochoptError(f"machine file: {key} is a table with keys "
+                                    f"{', '.join(current)}",
+                                    hint=f"e.g. [{key}] {next(iter(current))} = "
+                                    f"{next(iter(current.values()))}")
             value = {**current, **value}
-            bad = [k for k, v in value.items() if not isinstance(v, int) or v < 1]
+            bad = [k for k, v in value.items() if not _positive_int(v)]
             if bad:
-                raise StochoptError(f"machine file: {key}.{bad[0]} must be a positive integer")
+                raise StochoptError(f"machine file: {key}.{bad[0]} must be a positive integer, "
+                                    f"got {value[bad[0]]!r}")
         elif isinstance(current, tuple):
             if not (isinstance(value, list) and len(value) == 2
-                    and all(isinstance(v, int) and v > 0 for v in value)):
-                raise StochoptError(f"machine file: {key} is a pair of positive integers")
-            value = tuple(value)
-        elif not isinstance(value, int | float) or isinstance(value, bool) or value <= 0:
-            raise StochoptError(f"machine file: {key} must be a positive number")
-        merged = replace(merged, **{key: value})
+                    and all(_positive_int(v) for v in value)):
+                raise StochoptError(f"machine file: {key} is a pair of positive integers, "
+                                    f"got {value!r}", hint=f"e.g. {key} = {list(current)}")
+        elif key in _REAL_FIELDS:
+            if not isinstance(value, int | float) or isinstance(value, bool) or not value > 0:
+                raise StochoptError(f"machine file: {key} must be a positive number, "
+                                    f"got {value!r}")
+        elif not _positive_int(value):
+            raise StochoptError(f"machine file: {key} must be a positive integer, "
+                                f"got {value!r}")
+        merged = replace(merged, **{key: tuple(value) if isinstance(value, list) else value})
+    if merged.dram_groups > merged.fanout["L2B"]:
+        raise StochoptError(f"machine file: dram_groups ({merged.dram_groups}) exceeds the "
+                            f"{merged.fanout['L2B']} L2Bs", hint="each group serves its own L2Bs")
     return merged
+
+
+def _positive_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0

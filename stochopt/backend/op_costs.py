@@ -1,8 +1,16 @@
-"""Cost rules of LEIR ops: the work an op puts on one resource of the machine.
+"""Cost rules of LEIR ops: the work an op puts on the resources of the machine.
 
 Each rule takes (machine, input types, output type, static arguments) and returns a
-Work. The formulas are stated in docs/machine.md; keep the two in step. Rules only
+Work: one or two stages, each on one resource (dma, tree, vector, matrix), run one after
+the other. The formulas are stated in docs/machine.md; keep the two in step. Rules only
 read plain data (types, layouts, machine constants), so they cost nothing to import.
+
+Four ideas carry every rule:
+- a PE works only on its own local elements, so idle PEs never speed anything up;
+- a link moves what must cross it: per L1B 64 words/cycle, per L2B 16 words/cycle, per
+  DRAM group ~171 bytes/cycle, and each unit's link carries its own share in parallel;
+- every op that moves or computes pays its resource's fixed issue latency, so none is free;
+- a value's logical meaning never depends on its layout; only the cycles do.
 """
 
 from __future__ import annotations
@@ -14,22 +22,41 @@ from stochopt.leir.layout import LEVELS, Layout
 from stochopt.leir.types import TensorType, itemsize
 
 RESOURCES = ("dma", "tree", "vector", "matrix")
+UNDER_L1B = ("MAB", "PE")   # levels whose units talk through their L1B's link
+UNDER_L2B = ("L2B", "L1B")  # levels whose units talk through the L2B links
 
 
 @dataclass(frozen=True, slots=True)
 class Work:
-    resource: str | None  # None: a relabelling that moves and computes nothing
-    cycles: int
-    bytes: int = 0        # bytes moved (DRAM or tree) or touched in local memory
-    flops: int = 0        # logical operations, counted once however replicated
-    units: int = 1        # PEs (or MAUs) doing the work
+    stages: tuple[tuple[str, int], ...]  # (resource, cycles), run in order; () moves nothing
+    bytes: int = 0   # bytes moved (DRAM or tree links) or written in local memory, per op
+    flops: int = 0   # logical operations, counted once however replicated
+    units: int = 1   # PEs, MAUs or DRAM groups doing the work
+
+    @property
+    def resource(self) -> str | None:
+        """The resources used, joined by '+' ("vector+tree"); None for a relabelling."""
+        return "+".join(r for r, _ in self.stages) or None
+
+    @property
+    def cycles(self) -> int:
+        return sum(c for _, c in self.stages)
 
 
-FREE = Work(None, 0)
+FREE = Work(())
 
 
-def _lanes(machine, *types: TensorType) -> int:
-    widest = max(itemsize(t.dtype) for t in types)
+def _work(resource: str, cycles: int, **facts) -> Work:
+    return Work(((resource, cycles),), **facts)
+
+
+# ---------------------------------------------------------------------------------
+# local work on the PEs' ALUs (vector)
+# ---------------------------------------------------------------------------------
+
+def lanes(machine, *types: TensorType) -> int:
+    """Elements per ALU word: 2 for f32/i32, 4 for bf16; bool computes in 16-bit lanes."""
+    widest = max(max(2, itemsize(t.dtype)) for t in types)
     return max(1, machine.word_bytes // widest)
 
 
@@ -37,122 +64,152 @@ def _tensors(ins) -> list[TensorType]:
     return [t for t in ins if isinstance(t, TensorType)]
 
 
+def _local_pass(machine, local: int, lane_count: int, cycles_per_elem: int) -> int:
+    return ceil(local / lane_count) * cycles_per_elem + machine.latency["vector"]
+
+
 def vector_cost(cycles_per_elem: int):
     """Elementwise: each PE works through its local elements, lanes per word per cycle."""
     def rule(machine, ins, out: TensorType, attrs) -> Work:
-        lanes = _lanes(machine, out, *_tensors(ins))
         local = out.layout.local_elements()
-        cycles = ceil(local / lanes) * cycles_per_elem + machine.latency["vector"]
-        return Work("vector", cycles, bytes=local * itemsize(out.dtype), flops=out.numel,
-                    units=out.layout.spread_units())
+        cycles = _local_pass(machine, local, lanes(machine, out, *_tensors(ins)),
+                             cycles_per_elem)
+        return _work("vector", cycles, bytes=local * itemsize(out.dtype), flops=out.numel,
+                     units=out.layout.spread_units())
     return rule
 
 
 def copy_cost(machine, ins, out: TensorType, attrs) -> Work:
-    """Local copies (slice, concat, broadcast_to, full): one pass over the output."""
-    return vector_cost(1)(machine, ins, out, attrs)
+    """Local copies (slice, concat, broadcast_to, full, local reorder): one pass, no FLOPs."""
+    local = out.layout.local_elements()
+    cycles = _local_pass(machine, local, lanes(machine, out, *_tensors(ins)), 1)
+    return _work("vector", cycles, bytes=local * itemsize(out.dtype),
+                 units=out.layout.spread_units())
 
 
-def _tree_cycles(machine, levels, nbytes: float) -> int:
-    """Move nbytes per unit up (reduce) and back down (broadcast) through the given levels."""
+# ---------------------------------------------------------------------------------
+# the tree: reductions, relayouts
+# ---------------------------------------------------------------------------------
+
+def _link_bytes(machine, level_group: str) -> int:
+    words = machine.l1b_link_words if level_group == "L1B" else machine.l2b_link_words
+    return words * machine.word_bytes
+
+
+def tree_reduce_cycles(machine, parts: dict[str, int], axis_units: dict[str, int],
+                       partial_bytes: int) -> int:
+    """Combine partials across the levels in axis_units and send the result back down.
+
+    ``parts``: distinct partials per level (units used); ``axis_units``: units of the
+    reduced axis per level; ``partial_bytes``: one PE's partial. Levels under an L1B
+    (MAB, PE) combine through each L1B's link, carrying every partial under it up and
+    back down; L1B and L2B levels then combine the same way through each L2B's link.
+    Every level crossed adds the tree latency.
+    """
     cycles = 0
-    for level in LEVELS:
-        if level not in levels:
-            continue
-        words = machine.l2b_link_words if level == "L2B" else machine.l1b_link_words
-        per_pass = max(1, ceil(nbytes / (words * machine.word_bytes)))
-        cycles += 2 * per_pass + machine.latency["tree"]
-    return cycles
+    under_l1b = prod(parts.get(lv, 1) for lv in UNDER_L1B)
+    if any(lv in axis_units for lv in UNDER_L1B):
+        moved = under_l1b * partial_bytes
+        cycles += 2 * ceil(moved / _link_bytes(machine, "L1B"))
+        under_l1b //= prod(axis_units.get(lv, 1) for lv in UNDER_L1B)
+    if any(lv in axis_units for lv in UNDER_L2B):
+        moved = parts.get("L1B", 1) * under_l1b * partial_bytes
+        cycles += 2 * ceil(moved / _link_bytes(machine, "L2B"))
+    return cycles + machine.latency["tree"] * len(axis_units)
+
+
+def _axis_units(layout: Layout, axis: int, skip: tuple[str, ...] = ()) -> dict[str, int]:
+    units: dict[str, int] = {}
+    for f in layout.axes[axis]:
+        if f.level and f.level not in skip:
+            units[f.level] = units.get(f.level, 1) * f.size
+    return units
 
 
 def reduce_cost(machine, ins, out: TensorType, attrs) -> Work:
-    """Local reduction on the vector unit, then the tree for spread levels of the axis."""
+    """A local pass on the vector unit, then (for spread levels of the axis) the tree."""
     x = ins[0]
-    lanes = _lanes(machine, x)
     local = x.layout.local_elements()
-    cycles = ceil(local / lanes) + machine.latency["vector"]
-    levels = x.layout.axis_levels(attrs["axis"] % len(x.shape))
-    out_local = out.layout.local_elements() * itemsize(out.dtype)
-    if levels:
-        cycles += _tree_cycles(machine, levels, out_local)
-        return Work("tree", cycles, bytes=out_local * len(levels), flops=x.numel,
-                    units=x.layout.spread_units())
-    return Work("vector", cycles, bytes=local * itemsize(x.dtype), flops=x.numel,
+    stages = [("vector", _local_pass(machine, local, lanes(machine, x), 1))]
+    axis_units = _axis_units(x.layout, attrs["axis"] % len(x.shape))
+    if axis_units:
+        stages.append(("tree", tree_reduce_cycles(machine, x.layout.spread(), axis_units,
+                                                  out.local_bytes())))
+    return Work(tuple(stages), bytes=local * itemsize(x.dtype), flops=x.numel,
                 units=x.layout.spread_units())
 
 
-def _mab_share(layout: Layout, axis: int, size: int) -> int:
+# ---------------------------------------------------------------------------------
+# the matrix units
+# ---------------------------------------------------------------------------------
+
+def _mau_share(layout: Layout, axis: int, size: int) -> int:
     """Elements of one axis that a single MAU sees: the PE level feeds the same MAU."""
     across = prod(f.size for f in layout.axes[axis] if f.level and f.level != "PE")
     return size // across
 
 
 def matmul_cost(machine, ins, out: TensorType, attrs) -> Work:
-    """MACs per MAU, padded to the MAU tile, plus a tree reduction for a spread K."""
+    """MACs per MAU, M and N padded to the MAU tile, then a tree sum for a spread K."""
     a, b = ins
     tile = machine.mau_bf16 if a.dtype == "bf16" else machine.mau_f32
-    m = _mab_share(a.layout, -2, a.shape[-2])
-    k = _mab_share(a.layout, -1, a.shape[-1])
-    n = _mab_share(b.layout, -1, b.shape[-1])
-    batch = prod(_mab_share(a.layout, i, a.shape[i]) for i in range(len(a.shape) - 2))
-    cycles = batch * ceil(m / tile[0]) * ceil(n / tile[1]) * k + machine.latency["matrix"]
-    k_levels = a.layout.axis_levels(-1) - {"PE"}
-    if k_levels:
-        cycles += _tree_cycles(machine, k_levels, out.layout.local_elements() * 4)
-    mabs = prod(v for lv, v in out.layout.spread().items() if lv != "PE")
-    mabs *= prod(v for lv, v in a.layout.spread().items() if lv != "PE"
-                 and lv in a.layout.axis_levels(-1))
-    flops = 2 * prod(out.shape) * a.shape[-1]
-    return Work("matrix", cycles, bytes=(a.local_bytes() + b.local_bytes()), flops=flops,
-                units=max(1, mabs))
+    m = _mau_share(a.layout, -2, a.shape[-2])
+    k = _mau_share(a.layout, -1, a.shape[-1])
+    n = _mau_share(b.layout, -1, b.shape[-1])
+    batch = prod(_mau_share(a.layout, i, a.shape[i]) for i in range(len(a.shape) - 2))
+    stages = [("matrix", batch * ceil(m / tile[0]) * ceil(n / tile[1]) * k
+               + machine.latency["matrix"])]
+    k_units = _axis_units(a.layout, len(a.shape) - 1, skip=("PE",))
+    parts = dict(out.layout.spread())
+    for lv, u in k_units.items():
+        parts[lv] = parts.get(lv, 1) * u
+    if k_units:
+        stages.append(("tree", tree_reduce_cycles(machine, parts, k_units,
+                                                  out.local_bytes())))
+    maus = prod(u for lv, u in parts.items() if lv != "PE")
+    return Work(tuple(stages), bytes=a.local_bytes() + b.local_bytes(),
+                flops=2 * out.numel * a.shape[-1], units=maus)
 
 
-def _l2b_reached(machine, layout: Layout) -> int:
-    if "L2B" in layout.replicated:
-        return machine.fanout["L2B"]
-    return layout.spread().get("L2B", 1)
+# ---------------------------------------------------------------------------------
+# DRAM: load and store
+# ---------------------------------------------------------------------------------
 
-
-def _dram_cycles(machine, layout: Layout, nbytes: int) -> tuple[int, int]:
-    """DRAM transfer: served by the groups whose L2Bs it reaches; also through the L1B links."""
-    groups = min(machine.dram_groups, ceil(_l2b_reached(machine, layout) / machine.l2b_per_group))
-    dram = nbytes / (groups * machine.dram_bytes_per_cycle_per_group)
+def _parts(machine, layout: Layout, levels: tuple[str, ...], replicated_share: bool) -> int:
+    """Units among which the bytes are split at these levels. A replicated level splits
+    them too when any copy will do (a store), not when every unit needs them (a load)."""
     spread = layout.spread()
-    l1bs = spread.get("L2B", 1) * spread.get("L1B", 1)
-    links = nbytes / (l1bs * machine.l1b_link_words * machine.word_bytes)
-    return ceil(max(dram, links)) + machine.latency["dma"], groups
+    return prod(machine.fanout[lv] if replicated_share and lv in layout.replicated
+                else spread.get(lv, 1) for lv in levels)
+
+
+def dram_cycles(machine, layout: Layout, nbytes: int, storing: bool) -> tuple[int, int]:
+    """DRAM <-> PEs: the busiest DRAM group, L2B link and L1B link set the time."""
+    l2bs = _parts(machine, layout, ("L2B",), replicated_share=True)
+    groups = ceil(l2bs / machine.l2b_per_group)
+    busiest_group = nbytes * min(machine.l2b_per_group, l2bs) / l2bs
+    terms = [busiest_group / machine.dram_bytes_per_cycle_per_group,
+             nbytes / _parts(machine, layout, ("L2B",), storing) / _link_bytes(machine, "L2B"),
+             nbytes / _parts(machine, layout, ("L2B", "L1B"), storing)
+             / _link_bytes(machine, "L1B")]
+    return ceil(max(terms)) + machine.latency["dma"], groups
 
 
 def load_cost(machine, ins, out: TensorType, attrs) -> Work:
-    """DRAM -> PEs: every byte read once, even for a replicated (B@) layout."""
-    cycles, groups = _dram_cycles(machine, out.layout, out.nbytes)
-    return Work("dma", cycles, bytes=out.nbytes, units=groups)
+    """DRAM -> PEs: DRAM is read once, even for a replicated (B@) layout."""
+    cycles, groups = dram_cycles(machine, out.layout, out.nbytes, storing=False)
+    return _work("dma", cycles, bytes=out.nbytes, units=groups)
 
 
 def store_cost(machine, ins, out: TensorType, attrs) -> Work:
     """PEs -> DRAM: one copy of every element is written."""
-    cycles, groups = _dram_cycles(machine, ins[0].layout, out.nbytes)
-    return Work("dma", cycles, bytes=out.nbytes, units=groups)
+    cycles, groups = dram_cycles(machine, ins[0].layout, out.nbytes, storing=True)
+    return _work("dma", cycles, bytes=out.nbytes, units=groups)
 
 
-def relayout_cost(machine, ins, out: TensorType, attrs) -> Work:
-    """On-chip move through the highest tree level whose placement changes."""
-    src, dst = ins[0].layout, out.layout
-    nbytes = out.nbytes
-    top = _highest_change(src, dst)
-    if top is None:  # same placement; only the order inside each PE changes
-        return vector_cost(1)(machine, ins, out, attrs)
-    s, d = src.spread(), dst.spread()
-    l2bs = max(_l2b_reached(machine, src), _l2b_reached(machine, dst))
-    if top == "L2B":
-        cycles = ceil(nbytes / (l2bs * machine.l2b_link_words * machine.word_bytes))
-    else:
-        l1bs = l2bs * max(s.get("L1B", 1), d.get("L1B", 1),
-                          machine.fanout["L1B"] if "L1B" in dst.replicated else 1)
-        cycles = ceil(nbytes / (l1bs * machine.l1b_link_words * machine.word_bytes))
-    cycles = max(1, cycles) + machine.latency["tree"] * (LEVELS.index(top) + 1)
-    return Work("tree", cycles, bytes=nbytes, units=max(src.spread_units(), dst.spread_units()))
-
+# ---------------------------------------------------------------------------------
+# on-chip movement and shape ops
+# ---------------------------------------------------------------------------------
 
 def _placement(layout: Layout, level: str):
     where = tuple((i, j, f.size) for i, axis in enumerate(layout.axes)
@@ -160,11 +217,33 @@ def _placement(layout: Layout, level: str):
     return where, level in layout.replicated
 
 
-def _highest_change(src: Layout, dst: Layout) -> str | None:
-    for level in LEVELS:
-        if _placement(src, level) != _placement(dst, level):
-            return level
-    return None
+def moved_levels(src: Layout, dst: Layout) -> list[str]:
+    """Levels across which data must travel: the placement changes there and the source
+    is not already replicated there (each unit then holds what it needs)."""
+    return [lv for lv in LEVELS
+            if _placement(src, lv) != _placement(dst, lv) and lv not in src.replicated]
+
+
+def relayout_cost(machine, ins, out: TensorType, attrs) -> Work:
+    """On-chip move through the links of the highest level that data must cross."""
+    src, dst = ins[0].layout, out.layout
+    levels = moved_levels(src, dst)
+    if not levels:  # every PE already holds what it needs: a local copy
+        return copy_cost(machine, ins, out, attrs)
+    top = levels[0]
+    nbytes = out.nbytes
+
+    def share(levels_: tuple[str, ...]) -> float:
+        parts = min(_parts(machine, src, levels_, False), _parts(machine, dst, levels_, False))
+        return nbytes / parts
+
+    link = share(("L2B", "L1B")) / _link_bytes(machine, "L1B")
+    if top in UNDER_L2B:
+        link = max(link, share(("L2B",)) / _link_bytes(machine, "L2B"))
+    crossed = len(LEVELS) - LEVELS.index(top)
+    cycles = ceil(link) + machine.latency["tree"] * crossed
+    return _work("tree", cycles, bytes=nbytes,
+                 units=max(src.spread_units(), dst.spread_units()))
 
 
 def transpose_cost(machine, ins, out: TensorType, attrs) -> Work:
@@ -174,4 +253,4 @@ def transpose_cost(machine, ins, out: TensorType, attrs) -> Work:
     local_axes = [p for p in perm if x.layout.local_shape()[p] > 1]
     if local_axes == sorted(local_axes):
         return FREE
-    return vector_cost(1)(machine, ins, out, attrs)
+    return copy_cost(machine, ins, out, attrs)

@@ -1,36 +1,53 @@
-"""Rich renderings shared by the commands: profiles, output statistics."""
+"""Rich renderings shared by the commands: profiles, output statistics, and the
+`stochopt report` view of a run directory."""
 
 from __future__ import annotations
 
 import numpy as np
+from rich import box
+from rich.console import Group
+from rich.syntax import Syntax
 from rich.table import Table
+from rich.text import Text
 
 from stochopt.backend.cost import Profile
+from stochopt.report.facts import format_seconds, format_share, format_speedup, format_usd, headline
 
 
 def profile_table(profile: Profile, title: str = "profile") -> Table:
-    table = Table(title=title, show_lines=False)
-    for col in ("#", "op", "name", "resource", "start", "end", "cycles", "bytes", "flops",
-                "units"):
-        table.add_column(col, justify="right" if col not in ("op", "name", "resource")
-                         else "left")
+    """One row per op that does work (inputs and free relabellings left out); the
+    critical path is marked * and bold."""
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     critical = set(profile.critical_path)
-    for o in profile.ops:
-        if o.op == "input":
+    rows = [[f"{'*' if o.index in critical else ''}{o.index}", o.op, o.name, o.resource,
+             str(o.start), str(o.end), str(o.cycles), str(o.bytes), str(o.flops),
+             str(o.units)]
+            for o in profile.ops if o.op != "input" and o.resource is not None]
+    for j, col in enumerate(("#", "op", "name", "resource", "start", "end", "cycles",
+                             "bytes", "flops", "units")):
+        if col == "name":  # the only column that may wrap on a narrow terminal
+            table.add_column(col, overflow="fold", min_width=4)
             continue
-        style = "bold" if o.index in critical else None
-        table.add_row(str(o.index), o.op, o.name, o.resource or "-", str(o.start), str(o.end),
-                      str(o.cycles), str(o.bytes), str(o.flops), str(o.units), style=style)
+        width = max([len(col)] + [len(r[j]) for r in rows])
+        table.add_column(col, justify="left" if col in ("op", "resource") else "right",
+                         no_wrap=True, min_width=width)
+    for r in rows:
+        table.add_row(*r, style="bold" if r[0].startswith("*") else None)
+    table.caption = (f"* critical path: {profile.critical_path_cycles} cycles of dependent "
+                     f"work; makespan {profile.cycles}")
     return table
 
 
 def resource_table(profile: Profile) -> Table:
-    table = Table(title="resources")
+    """Busy cycles and busy fraction of each resource; the busiest is the bottleneck."""
+    table = Table(title="resources", box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("resource")
     table.add_column("busy cycles", justify="right")
     table.add_column("busy", justify="right")
+    bottleneck = profile.bottleneck()
     for r, frac in profile.busy_fraction().items():
-        table.add_row(r, str(profile.busy[r]), f"{100 * frac:.1f}%")
+        table.add_row(r, str(profile.busy[r]), f"{100 * frac:.1f}%",
+                      style="bold" if r == bottleneck and profile.busy[r] else None)
     return table
 
 
@@ -45,3 +62,193 @@ def array_stats(x: np.ndarray) -> dict:
         stats.update(min=float(v.min()), max=float(v.max()), mean=float(v.mean()),
                      std=float(v.std()))
     return stats
+
+
+# ---------------------------------------------------------------------------------
+# stochopt report: a run directory's facts (see facts.py) for the terminal
+# ---------------------------------------------------------------------------------
+
+RESOURCE_STYLES = {"dma": "cyan", "tree": "yellow", "vector": "magenta", "matrix": "green"}
+OUTCOME_STYLES = {"parse_error": "bright_black", "invalid": "yellow", "wrong": "red",
+                  "rejected": "blue", "accepted": "cyan", "best": "bold green"}
+_EIGHTHS = " ▁▂▃▄▅▆▇█"
+
+
+def report_view(facts: dict, width: int = 100) -> Group:
+    """Everything `stochopt report` prints, top to bottom, as one rich renderable."""
+    parts: list = [summary_table(facts)]
+    parts += [Text(f"note: {n}", style="yellow") for n in facts["notes"]]
+    parts += [Text(""), proposer_table(facts, width), Text(""),
+              Text("best cycles over time", style="bold"),
+              trajectory_chart(facts, width=min(width, 120)),
+              improvements_table(facts), Text(""),
+              Text("best kernel (best.leir)", style="bold"),
+              Syntax(facts["kernels"]["best"].rstrip("\n"), "python", line_numbers=True,
+                     theme="ansi_dark", background_color="default", word_wrap=True),
+              Text(""), profiles_side_by_side(facts, width), Text(""),
+              Text("baseline -> best", style="bold"), diff_text(facts["diff"])]
+    return Group(*parts)
+
+
+def summary_table(facts: dict) -> Table:
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    for label, value in headline(facts):
+        style = None
+        if label == "verified":
+            style = "bold green" if facts["verified"] else "bold red"
+        elif label == "status" and facts["status"] != "finished":
+            style = "yellow"
+        table.add_row(label, Text(value, style=style or ""))
+    table.add_row("run", facts["run_dir"])
+    return table
+
+
+def proposer_table(facts: dict, width: int = 100) -> Table:
+    """Outcomes by proposer, and each proposer's share of the cycles the search saved.
+    Dollars only when an LLM was used; cycles saved and tokens only when they fit in
+    ``width`` (the summary has the total tokens)."""
+    llm = bool(facts["tokens"] or facts["cost_usd"])
+    columns = [("proposals", True, lambda p: str(p["proposals"]))]
+    columns += [(o.replace("_", "\n"), True, lambda p, o=o: str(p["outcomes"].get(o, 0)))
+                for o in facts["outcomes"]]  # the search's outcomes, in their order
+    columns += [("improve-\nments", True, lambda p: str(p["improvements"])),
+                ("cycles\nsaved", False, lambda p: str(p["cycles_saved"])),
+                ("share of\nsaving", True, lambda p: format_share(p["improvement_share"]))]
+    if llm:
+        columns += [("tokens", False, lambda p: str(p["tokens"])),
+                    ("cost", True, lambda p: format_usd(p["cost_usd"]))]
+    rows = list(facts["proposers"].items())
+    total = {"proposals": facts["proposals"], "outcomes": facts["outcomes"],
+             "improvements": len(facts["improvements"]),
+             "cycles_saved": sum(i["saved"] for i in facts["improvements"]),
+             "improvement_share": 1.0 if facts["improvements"] else 0.0,
+             "tokens": facts["tokens"], "cost_usd": facts["cost_usd"]}
+    rows.append(("total", total))
+
+    def layout(full: bool, gap: int):
+        chosen = [("proposer", lambda p: None)] + [(h, cell) for h, needed, cell in columns
+                                                    if needed or full]
+        cells = [[name] + [cell(p) for _, cell in chosen[1:]] for name, p in rows]
+        widths = [max(max(map(len, h.split("\n"))), *(len(r[j]) for r in cells))
+                  for j, (h, _) in enumerate(chosen)]
+        return chosen, cells, widths, sum(widths) + gap * (len(widths) - 1)
+
+    full = layout(True, 2)
+    wide = full[3] <= width
+    chosen, cells, widths, _ = full if wide else layout(False, 1)
+    table = Table(title="outcomes by proposer", box=box.SIMPLE_HEAD, show_edge=False,
+                  padding=(0, 1 if wide else 0), collapse_padding=True,
+                  title_justify="left", title_style="bold")
+    # on a terminal too narrow even so, the headers fold, never the names or the numbers
+    for j, (header, _) in enumerate(chosen):
+        table.add_column(header, justify="left" if j == 0 else "right", overflow="fold",
+                         header_style=OUTCOME_STYLES.get(header.replace("\n", "_"), ""),
+                         min_width=max(len(r[j]) for r in cells))
+    for i, row in enumerate(cells):
+        table.add_row(*row, style="bold" if i == len(rows) - 1 else None,
+                      end_section=i == len(rows) - 2)
+    return table
+
+
+def trajectory_chart(facts: dict, width: int = 80, height: int = 8) -> Text:
+    """The best cycles over time as bars whose height is the gap left to the roofline:
+    the top row is the baseline, the floor is the roofline. ``width`` is the whole
+    chart's, labels included."""
+    top, floor = facts["start_cycles"], min(facts["roofline_cycles"], facts["best_cycles"])
+    labels = {0: f"{top}", height - 1: f"{floor}"}
+    pad = max(len(s) for s in labels.values())
+    width = max(10, width - pad - 2 - len(" roofline"))
+    steps = [(0.0, facts["start_cycles"])] + [(i["t"], i["cycles"])
+                                               for i in facts["improvements"]]
+    end = max(facts["elapsed_s"], steps[-1][0], 1e-9)
+    levels = []
+    for c in range(width):
+        t = (c + 1) * end / width
+        value = min(cycles for at, cycles in steps if at <= t or at == 0.0)
+        frac = (value - floor) / (top - floor) if top > floor else 0.0
+        levels.append(max(0, min(8 * height, round(8 * height * frac))))
+    text = Text()
+    for r in range(height):
+        text.append(f"{labels.get(r, ''):>{pad}} ┤", style="dim")
+        base = (height - 1 - r) * 8
+        text.append("".join(_EIGHTHS[max(0, min(8, lv - base))] for lv in levels),
+                    style="green")
+        if r == 0:
+            text.append(" baseline" if top == facts["baseline_cycles"] else " start",
+                        style="dim")
+        if r == height - 1:
+            text.append(" roofline", style="dim")
+        text.append("\n")
+    right = format_seconds(end)
+    text.append(" " * (pad + 1) + "└" + "─" * width + "\n", style="dim")
+    text.append(" " * (pad + 2) + "0s" + right.rjust(width - 2), style="dim")
+    return text
+
+
+def improvements_table(facts: dict, last: int = 12) -> Table:
+    """Each step of the best: when, to how many cycles, by which proposer and move."""
+    steps = facts["improvements"]
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False,
+                  caption=f"{len(steps) - last} earlier steps not shown"
+                  if len(steps) > last else None)
+    for col in ("t", "cycles", "saved", "speedup", "proposer", "move", "chain"):
+        table.add_column(col, justify="left" if col in ("proposer", "move") else "right")
+    base = facts["baseline_cycles"]
+    for s in steps[-last:]:
+        table.add_row(f"{s['t']:.1f}s", str(s["cycles"]), str(s["saved"]),
+                      format_speedup(base / s["cycles"]), s["proposer"], str(s["move"]),
+                      str(s["chain"]))
+    if not steps:
+        table.add_row("", "", "", "", "no improvement yet", "", "")
+    return table
+
+
+def compact_profile_table(profile: dict, title: str, scale: int, bar: int = 24) -> Table:
+    """The ops that do work with a strip showing when each runs, on a common scale so
+    two kernels' strips compare; critical-path ops are bold."""
+    table = Table(title=f"{title}: {profile['cycles']} cycles", box=box.SIMPLE_HEAD,
+                  pad_edge=False, title_justify="left", title_style="bold")
+    for col in ("#", "op", "name", "resource", "cycles", "when"):
+        table.add_column(col, justify="right" if col in ("#", "cycles") else "left",
+                         no_wrap=col != "name")
+    critical = set(profile.get("critical_path", []))
+    for o in profile["ops"]:
+        if o["op"] == "input" or o["resource"] is None:
+            continue
+        lo = int(bar * o["start"] / scale) if scale else 0
+        hi = max(lo + 1, -(-bar * o["end"] // scale)) if scale else 1
+        strip = Text(" " * lo + "█" * (hi - lo) + " " * max(0, bar - hi),
+                     style=RESOURCE_STYLES.get(o["resource"].split("+")[0], "white"))
+        table.add_row(f"{'*' if o['index'] in critical else ''}{o['index']}", o["op"],
+                      o["name"], o["resource"], str(o["cycles"]), strip,
+                      style="bold" if o["index"] in critical else None)
+    return table
+
+
+def profiles_side_by_side(facts: dict, width: int = 100):
+    base, best = facts["profiles"]["baseline"], facts["profiles"]["best"]
+    scale = max(base["cycles"], best["cycles"], 1)
+    tables = [compact_profile_table(base, "baseline", scale),
+              compact_profile_table(best, "best", scale)]
+    caption = Text("* critical path; strips share one time scale "
+                   f"(0 to {scale} cycles)", style="dim")
+    if width < 150:
+        return Group(*tables, caption)
+    grid = Table.grid(padding=(0, 4))
+    grid.add_row(*tables)
+    return Group(grid, caption)
+
+
+def diff_text(lines: list[str]) -> Text:
+    text = Text()
+    if not lines:
+        return Text("best.leir is the baseline (no change)", style="dim")
+    for line in lines:
+        style = ("bold" if line.startswith(("---", "+++")) else
+                 "cyan" if line.startswith("@@") else
+                 "green" if line.startswith("+") else
+                 "red" if line.startswith("-") else "")
+        text.append(line + "\n", style=style)
+    return text

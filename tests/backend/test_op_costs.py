@@ -1,0 +1,164 @@
+"""Each cost rule against numbers worked by hand from docs/machine.md (mncore2 unless
+said otherwise)."""
+
+from stochopt.backend.machine import MNCORE2, SMALL
+from stochopt.backend.op_costs import (
+    FREE,
+    Work,
+    lanes,
+    load_cost,
+    matmul_cost,
+    relayout_cost,
+    store_cost,
+    transpose_cost,
+    vector_cost,
+)
+from stochopt.leir.ir import Builder
+from stochopt.leir.layout import parse_layout
+from stochopt.leir.ops import OPS
+from stochopt.leir.types import TensorType
+
+ROWS = "(128,1024)/((8_L2B,16_MAB),(1024))"
+SPREAD_ROWS = "(128,1024)/((8_L2B,16_MAB),(8_L1B,4_PE,32))"
+
+
+def pe(dtype: str, layout: str) -> TensorType:
+    lay = parse_layout(layout)
+    return TensorType(dtype, lay.shape, "pe", lay)
+
+
+def dram(dtype: str, shape) -> TensorType:
+    return TensorType(dtype, tuple(shape), "dram")
+
+
+def cost_of(op: str, ins, out, machine=MNCORE2, **attrs) -> Work:
+    return OPS[op].cost(machine, ins, out, attrs)
+
+
+def test_load_is_bound_by_the_busiest_dram_group():
+    # 512 KiB over 8 L2Bs: each of 4 groups serves 2 L2Bs, 128 KiB at 170.7 B/cycle = 768
+    x = pe("f32", ROWS)
+    w = load_cost(MNCORE2, [dram("f32", x.shape)], x, {})
+    assert w.stages == (("dma", 768 + 200),) and w.bytes == 524288 and w.units == 4
+
+
+def test_load_to_one_l2b_is_served_by_one_group_through_one_l2b_link():
+    # (128,1024) on L2B 0 only: the L2B link (128 B/cycle) is slower than the group
+    x = pe("f32", "(128,1024)/((8_L1B,16_MAB),(1024))")
+    w = load_cost(MNCORE2, [dram("f32", x.shape)], x, {})
+    assert w.cycles == 524288 // 128 + 200 and w.units == 1
+
+
+def test_replicated_load_reads_dram_once_but_every_l2b_link_carries_it_all():
+    x = pe("f32", "(16,512)/((16),(512)); B@[L2B,L1B,MAB,PE]")
+    w = load_cost(MNCORE2, [dram("f32", x.shape)], x, {})
+    assert w.bytes == 32768            # read once, not once per copy
+    assert w.cycles == 32768 // 128 + 200
+    assert w.cycles < 8 * load_cost(MNCORE2, [dram("f32", x.shape)],
+                                    pe("f32", "(16,512)/((8_L2B,2),(512))"), {}).cycles
+
+
+def test_store_of_a_replicated_value_writes_one_copy_shared_by_its_units():
+    y = pe("f32", "(16,512)/((16),(512)); B@[L2B,L1B,MAB,PE]")
+    w = store_cost(MNCORE2, [y], dram("f32", y.shape), {})
+    assert w.bytes == 32768
+    assert w.cycles == 48 + 200  # like a store spread over all 8 L2Bs and 64 L1Bs
+
+
+def test_elementwise_works_through_local_elements_by_lanes():
+    x = pe("f32", ROWS)
+    assert cost_of("exp", [x], x).stages == (("vector", 1024 // 2 * 4 + 4),)
+    assert cost_of("add", [x, x], x).cycles == 512 + 4
+    xb = pe("bf16", ROWS)
+    assert cost_of("add", [xb, xb], xb).cycles == 256 + 4
+
+
+def test_lanes_are_two_for_32_bit_and_four_for_16_bit_and_bool():
+    assert lanes(MNCORE2, pe("f32", ROWS)) == 2
+    assert lanes(MNCORE2, pe("i32", ROWS)) == 2
+    assert lanes(MNCORE2, pe("bf16", ROWS)) == 4
+    assert lanes(MNCORE2, pe("bool", ROWS)) == 4      # never faster than the 16-bit peak
+    assert lanes(MNCORE2, pe("bool", ROWS), pe("f32", ROWS)) == 2
+
+
+def test_transcendentals_cost_more_per_element_than_arithmetic():
+    x = pe("f32", ROWS)
+    mul = cost_of("mul", [x, x], x).cycles
+    for op in ("exp", "log", "tanh", "div", "sqrt", "rsqrt", "reciprocal"):
+        assert cost_of(op, [x] * len(OPS[op].tensor_params), x).cycles > mul
+
+
+def test_local_reduction_is_one_vector_pass():
+    x = pe("f32", ROWS)
+    out = pe("f32", "(128,1)/((8_L2B,16_MAB),(1))")
+    w = cost_of("reduce_max", [x], out, axis=1, keepdims=True)
+    assert w.stages == (("vector", 512 + 4),) and w.flops == 128 * 1024
+
+
+def test_spread_reduction_is_a_local_pass_then_the_tree():
+    x = pe("f32", SPREAD_ROWS)
+    out = pe("f32", "(128,1)/((8_L2B,16_MAB),(1)); B@[L1B,PE]")
+    w = cost_of("reduce_sum", [x], out, axis=1, keepdims=True)
+    # local: 32/2 + 4; under each L1B 64 PEs x 4 B up and down = 2 cycles; across the
+    # 8 L1Bs of an L2B: 8 x 16 partials x 4 B = 512 B at 128 B/cycle, up and down = 8;
+    # two levels crossed (L1B, PE): 2 x 24
+    assert w.stages == (("vector", 20), ("tree", 2 + 8 + 48))
+    assert w.resource == "vector+tree" and w.cycles == 78
+
+
+def test_matmul_pads_m_and_n_to_the_mau_tile_and_streams_k():
+    a = pe("bf16", "(128,64)/((8_L2B,16_MAB),(64))")
+    b = pe("bf16", "(64,64)/((64),(64)); B@[L2B,MAB]")
+    out = pe("f32", "(128,64)/((8_L2B,16_MAB),(64))")
+    # each MAU sees m=1 (padded to 16), n=64 (4 tiles), k=64
+    assert matmul_cost(MNCORE2, [a, b], out, {}).stages == (("matrix", 4 * 64 + 16),)
+    a32, b32 = (TensorType("f32", t.shape, "pe", t.layout) for t in (a, b))
+    # f32 tile 8x4: ceil(1/8) * ceil(64/4) * 64
+    assert matmul_cost(MNCORE2, [a32, b32], out, {}).stages == (("matrix", 16 * 64 + 16),)
+
+
+def test_matmul_with_k_spread_sums_partials_in_the_tree():
+    a = pe("bf16", "(16,64)/((16),(8_L1B,8))")
+    b = pe("bf16", "(64,16)/((8_L1B,8),(16))")
+    out = pe("f32", "(16,16)/((16),(16)); B@[L1B]")
+    w = matmul_cost(MNCORE2, [a, b], out, {})
+    # 8 partials of 1 KiB through each L2B link (128 B/cycle), up and down, + 24
+    assert w.stages == (("matrix", 8 + 16), ("tree", 2 * 64 + 24))
+    assert w.flops == 2 * 16 * 16 * 64
+
+
+def test_relayout_crosses_the_links_of_the_highest_level_that_changes():
+    src, dst = pe("f32", ROWS), pe("f32", SPREAD_ROWS)
+    w = relayout_cost(MNCORE2, [src], dst, {})
+    # rows move among the L1Bs of each L2B: 64 KiB through each L2B link at 128 B/cycle,
+    # crossing three levels (L1B, MAB, PE)
+    assert w.stages == (("tree", 65536 // 128 + 3 * 24),)
+
+
+def test_relayout_from_a_replicated_value_is_a_local_copy():
+    src = pe("f32", "(16,512)/((16),(512)); B@[L2B,L1B,MAB,PE]")
+    dst = pe("f32", "(16,512)/((8_L2B,2),(8_L1B,64))")
+    w = relayout_cost(MNCORE2, [src], dst, {})
+    assert w.stages == (("vector", 2 * 64 // 2 + 4),) and w.flops == 0
+
+
+def test_transpose_is_free_unless_local_data_is_reordered():
+    x = pe("f32", "(128,1024)/((8_L2B,16_MAB),(1024))")
+    out = pe("f32", "(1024,128)/((1024),(8_L2B,16_MAB))")
+    assert transpose_cost(MNCORE2, [x], out, {"perm": None}) is FREE
+    y = pe("f32", "(16,32)/((16),(32))")
+    w = transpose_cost(MNCORE2, [y], pe("f32", "(32,16)/((32),(16))"), {"perm": (1, 0)})
+    assert w.resource == "vector" and w.cycles == 512 // 2 + 4
+
+
+def test_free_ops_are_the_relabellings_only():
+    b = Builder(SMALL)
+    x = b.input("x", dram("f32", (8, 16)))
+    xs = b.add("load", [x], {"layout": parse_layout("(8,16)/((2_L2B,4),(16))")})
+    r = b.add("reshape", [xs], {"shape": (8, 4, 4)})
+    s = b.add("slice", [x], {"bounds": ((0, 4), (0, 16))})
+    assert vector_cost(1)(SMALL, [b.nodes[xs].type], b.nodes[xs].type, {}).cycles > 0
+    for i in (r, s):
+        n = b.nodes[i]
+        ins = [b.nodes[a].type for a in n.args]
+        assert OPS[n.op].cost(SMALL, ins, n.type, dict(n.attrs)) is FREE
