@@ -70,7 +70,7 @@ class Layout:
         return text
 
 
-_FACTOR = re.compile(r"^(\d+)(?:_([A-Za-z0-9]+))?$")
+_FACTOR = re.compile(r"^([0-9]+)(?:_([A-Za-z0-9]+))?$")  # ASCII digits only: int() of "²" fails
 _MAX_TEXT = 512
 
 
@@ -105,7 +105,7 @@ def parse_layout(text: str) -> Layout:
         raise ConstraintError(f"layout {text!r}: the axes part must be in parentheses")
     inner = axes_text[1:-1]
     groups = re.findall(r"\(([^()]*)\)", inner)
-    if re.sub(r"\([^()]*\)", "", inner).replace(",", "") != "":
+    if not re.fullmatch(r"\([^()]*\)(?:,\([^()]*\))*,?", inner):  # "(8)(16)" lacks a comma
         raise ConstraintError(f"layout {text!r}: each axis must be a parenthesised factor list")
     if len(groups) != len(shape):
         raise ConstraintError(
@@ -138,7 +138,7 @@ def _parse_ints(part: str, text: str) -> tuple[int, ...]:
     if not (part.startswith("(") and part.endswith(")")):
         raise ConstraintError(f"layout {text!r}: the shape must be in parentheses")
     items = [p for p in part[1:-1].split(",") if p != ""]
-    if not items or not all(p.isdigit() for p in items):
+    if not items or not all(p.isascii() and p.isdigit() for p in items):
         raise ConstraintError(f"layout {text!r}: bad shape {part!r}")
     return tuple(int(p) for p in items)
 

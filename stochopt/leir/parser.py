@@ -10,19 +10,35 @@ from __future__ import annotations
 import ast
 import math
 import re
+import warnings
 from typing import Any
 
 from stochopt.errors import ConstraintError, ParseError, StochoptError
 from stochopt.leir.ir import MAX_OPS, Builder, Kernel
 from stochopt.leir.layout import parse_layout
-from stochopt.leir.ops import (AXIS, BOOL, BOUNDS, DTYPE, LAYOUT, OPS, PERM, REQUIRED, SHAPE,
-                               TENSOR, TENSORS, Op)
+from stochopt.leir.ops import (
+    AXIS,
+    BOOL,
+    BOUNDS,
+    DTYPE,
+    LAYOUT,
+    OPS,
+    PERM,
+    REQUIRED,
+    SHAPE,
+    TENSOR,
+    TENSORS,
+    Op,
+)
 from stochopt.leir.rules import Const
 from stochopt.leir.types import parse_signature
 
 MAX_TEXT = 256 * 1024
 MAX_TRIP = 4096
 MAX_DEPTH = 64
+# statements run while unrolling: loops whose bodies make no ops (pass, y = x) would
+# otherwise run 4096**depth times without ever reaching MAX_OPS
+MAX_STEPS = 100_000
 MAX_INT = 1 << 40
 NAMED_CONSTANTS = {"inf": math.inf, "nan": math.nan}
 RESERVED = set(OPS) | {"range", "True", "False", "None"} | set(NAMED_CONSTANTS)
@@ -53,7 +69,9 @@ def parse(text: str, machine=None) -> Kernel:
     if "\x00" in text:
         raise ParseError("kernel text contains a NUL character")
     try:
-        tree = ast.parse(text, mode="exec")
+        with warnings.catch_warnings():  # SyntaxWarnings ("\\d", "1 is 1") are not ours to print
+            warnings.simplefilter("ignore")
+            tree = ast.parse(text, mode="exec")
     except SyntaxError as e:
         raise ParseError(f"syntax error: {e.msg}", line=e.lineno, col=e.offset) from None
     except (RecursionError, MemoryError, ValueError, OverflowError):
@@ -71,6 +89,7 @@ class _Reader:
         self.env: dict[str, Any] = {}    # name -> node index, or int for loop variables
         self.loop_vars: set[str] = set()
         self.depth = 0
+        self.steps = 0
         self.temp = 0
 
     # -- structure ------------------------------------------------------------------
@@ -129,6 +148,10 @@ class _Reader:
 
     def block(self, stmts: list[ast.stmt]) -> None:
         for s in stmts:
+            self.steps += 1
+            if self.steps > MAX_STEPS:
+                raise _err(s, f"kernel unrolls to more than {MAX_STEPS} statements",
+                           hint="use fewer or shorter loops")
             if isinstance(s, ast.Assign):
                 self.assign(s)
             elif isinstance(s, ast.For):
@@ -212,7 +235,8 @@ class _Reader:
         if isinstance(e, ast.UnaryOp) and isinstance(e.op, ast.USub | ast.UAdd):
             v = self.expr(e.operand)
             if isinstance(v, Const):
-                return Const(-v.value if isinstance(e.op, ast.USub) else v.value)
+                value = -v.value if isinstance(e.op, ast.USub) else v.value
+                return Const(self._check_number(value, e))  # -nan becomes the one nan
             return v if isinstance(e.op, ast.UAdd) else self.apply("neg", e, [v], {}, name)
         if isinstance(e, ast.BinOp):
             return self.binop(e, name)
@@ -260,6 +284,8 @@ class _Reader:
         return self._check_number(v, e)
 
     def _check_number(self, v, e):
+        if isinstance(v, float) and v != v:
+            return math.nan  # one nan object: attrs holding it compare equal (tuple identity)
         if isinstance(v, int) and abs(v) > MAX_INT:
             raise _err(e, "integer constant too large")
         if isinstance(v, float) and math.isfinite(v) and abs(v) > 1e300:

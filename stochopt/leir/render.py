@@ -22,11 +22,16 @@ def render(kernel: Kernel) -> str:
     params = ", ".join(f'{names[i]}: "{n.type.signature()}"'
                        for i, n in enumerate(kernel.nodes) if n.op == "input")
     lines.append(f'def {kernel.name}({params}) -> "{kernel.output_type.signature()}":')
+    # the returned store is written inline only when it is the last node: moving an
+    # earlier one to the end would reorder the nodes and break parse(render(k)) == k
+    last = len(kernel.nodes) - 1
     for i, n in enumerate(kernel.nodes):
-        if n.op == "input" or i == kernel.output:
+        if n.op == "input" or i == kernel.output == last:
             continue
         lines.append(f"    {names[i]} = {expression(n, names)}")
-    lines.append(f"    return {expression(kernel.nodes[kernel.output], names)}")
+    ret = kernel.nodes[kernel.output]
+    lines.append("    return " + (expression(ret, names) if kernel.output == last
+                                  else names[kernel.output]))
     return "\n".join(lines) + "\n"
 
 

@@ -17,13 +17,25 @@ from stochopt.leir.layout import LEVELS, Factor, Layout, check_layout
 from stochopt.leir.types import TensorType, check_dtype, is_float, itemsize
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Const:
     """A scalar literal operand (Python number) of an elementwise op."""
     value: float | int | bool
 
+    # nan == nan here, or no kernel with a nan literal would equal its own re-parse
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Const):
+            return NotImplemented
+        a, b = self.value, other.value
+        return a == b or (a != a and b != b)
+
+    def __hash__(self) -> int:
+        return hash("nan") if self.value != self.value else hash(self.value)
+
     def __str__(self) -> str:
         v = self.value
+        if type(v) not in (int, float, bool) and hasattr(v, "item"):
+            v = v.item()  # a numpy scalar reprs as np.float32(0.5), which is not LEIR
         if isinstance(v, float):
             if v != v:
                 return "nan"
@@ -73,7 +85,8 @@ def checked_layout(layout: Any, shape: tuple[int, ...], machine, what: str) -> L
             f"layout {layout} is for shape {layout.shape}, but the tensor has shape {shape}",
             hint=f"write a layout for {tuple(shape)}")
     check_layout(layout, machine.fanout)
-    return layout
+    # (8,1) and (2,4) lay an axis out as (8) does: compare layouts in canonical form
+    return make_layout(layout.shape, layout.axes, layout.replicated)
 
 
 def _padded(layout: Layout, rank: int) -> tuple[tuple[Factor, ...], ...]:
@@ -169,8 +182,27 @@ def elementwise(op: str, ins: list[Operand], attrs: dict, machine, names: list[s
     if dtype == "bool" and result != "bool" and op not in ("where", "eq"):
         raise ConstraintError(f"{op}() does not take bool tensors",
                               hint='cast it first: cast(x, "f32")')
+    if result is None:
+        for c in values:
+            if isinstance(c, Const):
+                check_literal(c.value, dtype, op)
     layout = elementwise_layout(tensors, tnames)
     return TensorType(result or dtype, layout.shape, "pe", layout)
+
+
+I32_RANGE = (-(2**31), 2**31 - 1)
+
+
+def check_literal(value: Any, dtype: str, op: str) -> None:
+    """An i32 result holds whole numbers in range; a literal outside them has no i32 value
+    (numpy would silently wrap or overflow)."""
+    if dtype != "i32":
+        return
+    lo, hi = I32_RANGE
+    whole = value == value and value not in (float("inf"), float("-inf")) and value == int(value)
+    if not whole or not lo <= value <= hi:
+        raise ConstraintError(f"{op}(): the literal {Const(value)} is not an i32 value",
+                              hint=f"use a whole number in {lo}..{hi}, or cast to f32 first")
 
 
 def cast_rule(op, ins, attrs, machine, names) -> TensorType:
@@ -201,7 +233,9 @@ def reduce_rule(op, ins, attrs, machine, names) -> TensorType:
         if not shape:
             raise ConstraintError(f"{op}() would leave a rank-0 tensor",
                                   hint="pass keepdims=True")
-    layout = make_layout(shape, axes, lay.replicated | gone)
+    # a level that also spreads another axis stays spread: only partly replicated, so not B@
+    still = {f.level for ax in axes for f in ax if f.level}
+    layout = make_layout(shape, axes, (lay.replicated | gone) - still)
     return TensorType(t.dtype, tuple(shape), "pe", layout)
 
 
@@ -270,6 +304,7 @@ def store_rule(op, ins, attrs, machine, names) -> TensorType:
 def full_rule(op, ins, attrs, machine, names) -> TensorType:
     shape = attrs["shape"]
     dtype = check_dtype(attrs["dtype"])
+    check_literal(attrs["value"], dtype, op)
     layout = checked_layout(attrs["layout"], shape, machine, "full()")
     return TensorType(dtype, tuple(shape), "pe", layout)
 
@@ -292,7 +327,12 @@ def reshape_rule(op, ins, attrs, machine, names) -> TensorType:
     if prod(shape) != x.numel:
         raise ConstraintError(f"reshape(): cannot reshape {x.shape} to {shape}",
                               hint="the sizes must multiply to the same total")
-    factors = [f for axis in x.layout.axes for f in axis if f.size > 1]
+    factors: list[Factor] = []
+    for f in (f for axis in x.layout.axes for f in axis if f.size > 1):
+        if f.level is None and factors and factors[-1].level is None:
+            factors[-1] = Factor(factors[-1].size * f.size)  # (2),(6) is 12 local elements
+        else:
+            factors.append(f)
     axes: list[list[Factor]] = []
     k = 0
     for size in shape:
@@ -311,9 +351,10 @@ def reshape_rule(op, ins, attrs, machine, names) -> TensorType:
                 factors[k] = Factor(f.size // need)
                 need = 1
             else:
+                spread = next((g for g in factors[k:] if g.level), f)
                 raise ConstraintError(
                     f"reshape(): {x.shape} -> {shape} would split or merge across the spread "
-                    f"factor {f} of layout {x.layout}",
+                    f"factor {spread} of layout {x.layout}",
                     hint="relayout first so the reshaped axes are local")
         axes.append(axis)
     return TensorType(x.dtype, shape, "pe", make_layout(shape, axes, x.layout.replicated))

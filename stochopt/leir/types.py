@@ -88,8 +88,13 @@ def parse_signature(text: str, line: int | None = None, col: int | None = None) 
     if location != "dram":
         raise ParseError(f"kernel inputs and outputs live in dram, not {location!r}",
                          line=line, col=col, hint='annotate them "... @ dram"')
-    parts = [p.strip() for p in dims.split(",") if p.strip()]
-    shape = tuple(int(p) for p in parts)
+    parts = [p.strip() for p in dims.split(",")]
+    if parts and parts[-1] == "" and len(parts) > 1:
+        parts.pop()  # f32[8,] like a Python tuple
+    if parts != [""] and not all(p.isdigit() for p in parts):  # "128 1024", "8,,16"
+        raise ParseError(f"bad shape in annotation {text[:60]!r}", line=line, col=col,
+                         hint='separate sizes with commas: "f32[128,1024] @ dram"')
+    shape = tuple(int(p) for p in parts if p)
     if not shape or any(s < 1 or s > 1 << 24 for s in shape) or len(shape) > 6:
         raise ParseError(f"bad shape in annotation {text!r}", line=line, col=col,
                          hint="use 1 to 6 positive dimensions")
