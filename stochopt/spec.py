@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import keyword
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from stochopt.errors import StochoptError
+from stochopt.leir.parser import RESERVED
 from stochopt.leir.types import DTYPES, is_float
 
 DEFAULT_RANGE = (-10.0, 10.0)
@@ -90,8 +92,12 @@ def spec(inputs: Mapping[str, TensorSpec], output: TensorSpec | None = None,
         raise StochoptError("@spec: inputs must be a non-empty dict of name -> tensor(...)",
                             hint='@spec(inputs={"x": tensor("f32", (128, 1024))})')
     for k, v in inputs.items():
-        if not isinstance(k, str) or not k.isidentifier():
+        if not isinstance(k, str) or not k.isidentifier() or keyword.iskeyword(k):
             raise StochoptError(f"@spec: input name {k!r} is not a Python identifier")
+        if k in RESERVED:  # the kernel's parameters carry the inputs' names
+            raise StochoptError(f"@spec: input name {k!r} is a LEIR op or constant name, "
+                                "so a kernel cannot take it as a parameter",
+                                hint=f"rename the input, e.g. {k}_in")
         if not isinstance(v, TensorSpec):
             raise StochoptError(f"@spec: input {k!r} must be tensor(...), got {type(v).__name__}")
     if output is not None and not isinstance(output, TensorSpec):
@@ -138,11 +144,21 @@ def load_spec(path: str | Path, name: str | None = None) -> Spec:
     module = importlib.util.module_from_spec(loader_spec)
     sys.modules[module_name] = module
     try:
-        loader_spec.loader.exec_module(module)  # the user's spec: trusted Python
+        # compiled from the text, not through the import system: a .pyc cached by the
+        # second could run the spec as it was before an edit of the same size
+        text = p.read_text()
+        exec(compile(text, str(p), "exec", dont_inherit=True), module.__dict__)  # trusted
     except StochoptError as e:
-        raise StochoptError(f"{path}: {e.message}", hint=e.hint) from None
+        raise StochoptError(e.message, hint=e.hint, source=str(path),
+                            line=_line_in(e, p)) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise StochoptError(f"cannot read spec file {path}: {e}") from None
+    except SyntaxError as e:
+        raise StochoptError(f"the spec is not valid Python: {e.msg}", source=str(path),
+                            line=e.lineno, col=e.offset, hint="fix the syntax") from None
     except Exception as e:  # a broken spec file must not end in a traceback
-        raise StochoptError(f"{path}: importing the spec failed: {type(e).__name__}: {e}",
+        raise StochoptError(f"importing the spec failed: {type(e).__name__}: {e}",
+                            source=str(path), line=_line_in(e, p),
                             hint="fix the spec file; it must import cleanly") from None
     finally:
         sys.modules.pop(module_name, None)
@@ -160,6 +176,14 @@ def load_spec(path: str | Path, name: str | None = None) -> Spec:
                             hint="choose one with --name")
     else:
         chosen = next(iter(found.values()))
-    text = p.read_text()
     return Spec(chosen.name, chosen.inputs, chosen.reference, chosen.output, chosen.rtol,
                 chosen.atol, text, str(p), chosen.line)
+
+
+def _line_in(error: BaseException, path: Path) -> int | None:
+    """The line of the spec file where an exception raised while importing it came from."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(error.__traceback__)
+              if Path(f.filename) == path]
+    return frames[-1].lineno if frames else None

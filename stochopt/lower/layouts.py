@@ -8,7 +8,7 @@ memory and does the least matrix work. The search does the rest.
 from __future__ import annotations
 
 import itertools
-from math import ceil, prod
+from math import ceil, gcd, prod
 
 from stochopt.leir.layout import LEVELS, Factor, Layout, check_layout
 from stochopt.leir.rules import make_layout
@@ -65,14 +65,17 @@ def operand_layout(out: Layout, shape: tuple[int, ...]) -> Layout:
 
 
 def local_axis_layout(layout: Layout, axis: int, fanout: dict[str, int]) -> Layout:
-    """The same layout with one axis made local; its levels move to the next free axis."""
+    """The same layout with one axis made local; its levels move to the axes that are
+    local, outermost first, as far as they divide them."""
     freed = [f.level for f in layout.axes[axis] if f.level]
     axes = [list(a) for a in layout.axes]
     axes[axis] = [Factor(layout.shape[axis])]
     for i in range(len(axes)):
-        if i != axis and freed and all(f.level is None for f in axes[i]):
+        if i != axis and freed and layout.shape[i] > 1 and all(f.level is None
+                                                               for f in axes[i]):
             axes[i] = spread_factors(layout.shape[i], freed, fanout)
-            break
+            used = {f.level for f in axes[i] if f.level}
+            freed = [lv for lv in freed if lv not in used]
     return make_layout(layout.shape, axes, layout.replicated)
 
 
@@ -111,3 +114,55 @@ def matmul_work(a: Layout, b: Layout, tile: tuple[int, int]) -> int:
     m, k, n = share(a, -2), share(a, -1), share(b, -1)
     batch = prod(share(a, i) for i in range(len(a.shape) - 2))
     return batch * ceil(m / tile[0]) * ceil(n / tile[1]) * k
+
+
+def reshape_pieces(src: tuple[int, ...], dst: tuple[int, ...]) -> list[list[tuple[int, bool]]]:
+    """Cut each axis of ``src`` into pieces (size, whole) outermost first: a whole piece is
+    a run of elements that is also whole in ``dst``; where the shapes stop agreeing, the
+    rest of each axis is one piece that is not whole (it must stay local)."""
+    pieces: list[list[tuple[int, bool]]] = [[] for _ in src]
+    i = j = 0
+    ra, rb = (src[0] if src else 1), (dst[0] if dst else 1)
+    while i < len(src) and j < len(dst):
+        if ra == 1:
+            i += 1
+            ra = src[i] if i < len(src) else 1
+            continue
+        if rb == 1:
+            j += 1
+            rb = dst[j] if j < len(dst) else 1
+            continue
+        g = gcd(ra, rb)
+        if g == 1:
+            break
+        pieces[i].append((g, True))
+        ra //= g
+        rb //= g
+    for k in range(i, len(src)):  # what is left is one local block
+        rest = src[k] // prod(size for size, _ in pieces[k])
+        if rest > 1:
+            pieces[k].append((rest, False))
+    return pieces
+
+
+def reshape_layout(src: tuple[int, ...], dst: tuple[int, ...], fanout: dict[str, int],
+                   itemsize: int, budget: int) -> Layout:
+    """A layout of ``src`` that reshape can turn into ``dst`` (no spread factor split or
+    merged): its whole pieces spread over the tree, outermost first, until a PE's share is
+    within the budget."""
+    free = list(LEVELS)
+    axes: list[list[Factor]] = []
+    local = prod(src)
+    for axis_pieces in reshape_pieces(src, dst):
+        factors: list[Factor] = []
+        for size, whole in axis_pieces:
+            if whole and free and local * itemsize > budget:
+                spread = spread_factors(size, free, fanout)
+                used = {f.level for f in spread if f.level}
+                free = [lv for lv in free if lv not in used]
+                local //= prod(f.size for f in spread if f.level)
+                factors.extend(spread)
+            else:
+                factors.append(Factor(size))
+        axes.append(factors or [Factor(1)])
+    return make_layout(src, axes, frozenset())

@@ -25,6 +25,9 @@ ELEMENTWISE = {"neg", "abs", "exp", "log", "sqrt", "tanh", "reciprocal", "add", 
                "div", "maximum", "minimum", "gt", "ge", "lt", "le", "eq", "where", "cast"}
 
 
+MAX_K_PIECES = 64  # a matmul's contraction axis is cut in at most this many slices
+
+
 class LoweringError(StochoptError):
     """The spec traced, but no plain kernel for it fits this machine."""
 
@@ -33,6 +36,11 @@ def lower(spec: Spec, machine=None) -> Kernel:
     """The baseline kernel of a spec on a machine (default mncore2)."""
     machine = load_machine(machine)
     inputs, out = trace(spec)
+    if spec.output is not None and spec.output.shape != out.shape:
+        raise LoweringError(
+            f"spec {spec.name} declares output=tensor(..., {spec.output.shape}) but its "
+            f"reference returns shape {out.shape}", source=spec.path, line=spec.line,
+            hint=f"write output=tensor(\"{spec.output.dtype}\", {out.shape})")
     lowering = _Lowering(machine)
     for node in inputs:
         t = spec.inputs[node.attrs["name"]]
@@ -59,6 +67,7 @@ class _Lowering:
         self.dram: dict[int, int] = {}                 # traced node -> dram value
         self.done: dict[int, list[int]] = {}           # traced node -> pe values made
         self.budget = machine.pe_local_bytes // 8
+        self.parts: dict[tuple, TNode] = {}             # slices made to split a matmul
 
     # -- values ---------------------------------------------------------------------
     def layout_of(self, idx: int) -> Layout:
@@ -101,7 +110,17 @@ class _Lowering:
         return self.dram[id(t)]
 
     def default(self, shape, dtype: str = "f32") -> Layout:
-        return L.default_layout(tuple(shape), self.fanout, itemsize(dtype), self.budget)
+        layout = L.default_layout(tuple(shape), self.fanout, itemsize(dtype), self.budget)
+        local = layout.local_elements() * max(4, itemsize(dtype))
+        if local > self.machine.pe_local_bytes:
+            fanouts = ", ".join(f"{self.fanout[lv]} {lv}" for lv in L.LEVELS)
+            raise LoweringError(
+                f"a {tuple(shape)} tensor cannot be spread over {self.machine.name}'s tree: a "
+                f"layout cuts an axis into exact factors of the fan-outs ({fanouts}), and "
+                f"these sizes have too few, so one PE would hold {local} bytes of it, more than "
+                f"its {self.machine.pe_local_bytes}",
+                hint="use sizes with small factors (powers of two), or " + INIT_HINT)
+        return layout
 
     # -- ops ------------------------------------------------------------------------
     def emit(self, t: TNode, want: Layout | None) -> int:
@@ -151,8 +170,19 @@ class _Lowering:
                 out = self.default(t.shape)
         args = [self.arg(a, None if isinstance(a, float) else L.operand_layout(out, a.shape))
                 for a in t.args]
-        attrs = dict(t.attrs)
-        return self.add(t.op, args, attrs)
+        if t.op == "cast" and t.attrs["dtype"] == "i32":  # astype(int): truncate, stay f32
+            return self.cast_to(self.add("cast", args, {"dtype": "i32"}), "f32")
+        # numpy promotes a bool operand of arithmetic (or of a mixed comparison) to a number
+        first = 1 if t.op == "where" else 0  # where's condition stays bool
+        values = [i for i in range(first, len(args)) if not isinstance(args[i], Const)]
+        dtypes = {self.b.nodes[args[i]].type.dtype for i in values}
+        literal = len(values) < len(args) - first
+        if t.op != "cast" and "bool" in dtypes and (
+                len(dtypes) > 1 or t.op not in ("where", "eq", "gt", "ge", "lt", "le")
+                or (t.op == "where" and literal)):
+            for i in values:
+                args[i] = self.cast_to(args[i], "f32")
+        return self.add(t.op, args, dict(t.attrs))
 
     def reshape(self, t: TNode) -> int:
         src_node = t.args[0]
@@ -161,19 +191,8 @@ class _Lowering:
             return self.add("reshape", [src], {"shape": t.attrs["shape"]})
         except ConstraintError:
             pass
-        lead = _gcd(src_node.shape[0], t.shape[0])
-        layout = L.default_layout(src_node.shape, self.fanout, 4, 0)
-        axes = [list(a) for a in layout.axes]
-        axes[0] = L.spread_factors(lead, list(self._levels()), self.fanout)
-        rest = src_node.shape[0] // lead
-        if rest > 1:
-            axes[0] = [f for f in axes[0] if f.level] + [L.Factor(rest)]
-        axes[1:] = [[L.Factor(s)] for s in src_node.shape[1:]]
-        fixed = L.make_layout(src_node.shape, axes, frozenset())
+        fixed = L.reshape_layout(src_node.shape, t.shape, self.fanout, 4, self.budget)
         return self.add("reshape", [self.get(src_node, fixed)], {"shape": t.attrs["shape"]})
-
-    def _levels(self):
-        return ("L2B", "L1B", "MAB", "PE")
 
     def concat(self, t: TNode, want: Layout | None) -> int:
         axis = t.attrs["axis"]
@@ -190,17 +209,28 @@ class _Lowering:
 
     def matmul(self, t: TNode) -> int:
         a_node, b_node = t.args
+        plan = self.matmul_plan(a_node, b_node, a_node.shape, b_node.shape)
+        if plan is not None:
+            la, lb = plan
+            return self.add("matmul", [self.get(a_node, la), self.get(b_node, lb)], {})
+        return self.split_k_matmul(a_node, b_node)
+
+    def matmul_plan(self, a_node: TNode, b_node: TNode, a_shape, b_shape, accumulate=False,
+                    out_axes=None) -> tuple[Layout, Layout] | None:
+        """The plan with the least matrix work (and relayouts) that fits in half a PE's
+        memory: both operands in f32, the product, and an accumulator when K is split."""
         current = {}
         for role, n in (("a", a_node), ("b", b_node)):
             made = self.done.get(id(n))
             current[role] = self.layout_of(made[0]) if made else None
         best = None
-        for la, lb in L.matmul_plans(a_node.shape, b_node.shape, self.fanout):
-            a_bytes = la.local_elements() * 4
-            b_bytes = lb.local_elements() * 4
+        for la, lb in L.matmul_plans(a_shape, b_shape, self.fanout):
+            if out_axes is not None and la.axes[:-1] + lb.axes[-1:] != out_axes:
+                continue
             out_local = prod(f.size for ax in la.axes[:-1] for f in ax if f.level is None) \
                 * prod(f.size for f in lb.axes[-1] if f.level is None)
-            memory = a_bytes + b_bytes + out_local * 4
+            memory = (la.local_elements() + lb.local_elements()
+                      + out_local * (2 if accumulate else 1)) * 4
             if memory > self.machine.pe_local_bytes // 2:
                 continue
             work = L.matmul_work(la, lb, self.machine.mau_f32)
@@ -210,14 +240,72 @@ class _Lowering:
             score = (work + moves, memory)
             if best is None or score < best[0]:
                 best = (score, la, lb)
-        if best is None:
+        return None if best is None else best[1:]
+
+    def split_k_matmul(self, a_node: TNode, b_node: TNode) -> int:
+        """A matmul too big for PE memory in one piece: sum the products of slices of the
+        contraction axis (a plain K loop, unrolled)."""
+        K = a_node.shape[-1]
+        for pieces in range(2, min(K, MAX_K_PIECES) + 1):
+            width = -(-K // pieces)
+            plans = self.k_slice_plans(a_node, b_node, width, K % width)
+            if plans is not None:
+                break
+        else:
             raise LoweringError(
-                f"matmul of {a_node.shape} and {b_node.shape}: no layout fits in PE memory",
-                hint=INIT_HINT)
-        _, la, lb = best
-        return self.add("matmul", [self.get(a_node, la), self.get(b_node, lb)], {})
+                f"matmul of {a_node.shape} and {b_node.shape}: no layout fits in PE memory, "
+                f"even with the contraction axis cut in {MAX_K_PIECES} slices",
+                hint="make the spec's tensors smaller, or " + INIT_HINT)
+        total = None
+        for lo in range(0, K, width):
+            hi = min(K, lo + width)
+            la, lb = plans[hi - lo != width]
+            a_part = self.part(a_node, len(a_node.shape) - 1, lo, hi)
+            b_part = self.part(b_node, len(b_node.shape) - 2, lo, hi)
+            product = self.add("matmul", [self.get(a_part, la), self.get(b_part, lb)], {})
+            total = product if total is None else self.add("add", [total, product], {})
+        return total
+
+    def k_slice_plans(self, a_node: TNode, b_node: TNode, width: int, last: int):
+        """Plans for K slices of this width and for a narrower last slice (if any) whose
+        product is laid out alike, so that the partial products add up; None if either
+        does not fit."""
+        def plan(k, out_axes=None):
+            return self.matmul_plan(a_node, b_node, a_node.shape[:-1] + (k,),
+                                    b_node.shape[:-2] + (k, b_node.shape[-1]),
+                                    accumulate=True, out_axes=out_axes)
+        main = plan(width)
+        if main is None or not last:
+            return None if main is None else (main, main)
+        rest = plan(last, main[0].axes[:-1] + main[1].axes[-1:])
+        return None if rest is None else (main, rest)
+
+    def part(self, t: TNode, axis: int, lo: int, hi: int) -> TNode:
+        """The traced slice t[..., lo:hi, ...] along one axis; through a transpose it
+        slices the transposed value, so that a slice of an input stays a dram slice."""
+        key = (id(t), axis, lo, hi)
+        if key not in self.parts:
+            if t.op == "transpose":
+                perm = t.attrs["perm"]
+                inner = self.part(t.args[0], perm[axis], lo, hi)
+                shape = tuple(inner.shape[p] for p in perm)
+                node = TNode("transpose", (inner,), {"perm": perm}, shape, t.dtype)
+            elif t.op == "reshape" and _squeezed(t.shape) == _squeezed(t.args[0].shape):
+                # a reshape that only adds or drops size-1 axes (a vector made a matrix)
+                src = t.args[0]
+                nth = [i for i, s in enumerate(t.shape) if s > 1].index(axis)
+                inner = self.part(src, [i for i, s in enumerate(src.shape) if s > 1][nth],
+                                  lo, hi)
+                shape = t.shape[:axis] + (hi - lo,) + t.shape[axis + 1:]
+                node = TNode("reshape", (inner,), {"shape": shape}, shape, t.dtype)
+            else:
+                bounds = [(0, s) for s in t.shape]
+                bounds[axis] = (lo, hi)
+                shape = tuple(b - a for a, b in bounds)
+                node = TNode("slice", (t,), {"bounds": tuple(bounds)}, shape, t.dtype)
+            self.parts[key] = node  # kept alive: the lowering keys its maps by id()
+        return self.parts[key]
 
 
-def _gcd(a: int, b: int) -> int:
-    from math import gcd
-    return gcd(a, b)
+def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(s for s in shape if s > 1)

@@ -37,13 +37,25 @@ class TraceError(StochoptError):
     """The spec uses numpy outside the subset the lowering understands."""
 
 
-def _spec_line(spec_path: str | None) -> str:
+def _spec_frame(spec_path: str | None, frames=None):
+    """The innermost frame running the spec file's code, if any."""
     if not spec_path:
-        return ""
-    for frame in reversed(traceback.extract_stack()):
+        return None
+    for frame in reversed(frames if frames is not None else traceback.extract_stack()):
         if frame.filename == spec_path:
-            return f" (spec line {frame.lineno}: {frame.line})"
-    return ""
+            return frame
+    return None
+
+
+def spec_error(message: str, hint: str | None = INIT_HINT, frames=None) -> TraceError:
+    """A TraceError that names the spec file and the line of it being traced."""
+    path = Tracer._spec_path
+    frame = _spec_frame(path, frames)
+    if frame is None:
+        return TraceError(message, hint=hint, source=path)
+    code = (frame.line or "").strip()
+    return TraceError(message + (f" (in `{code}`)" if code else ""), hint=hint, source=path,
+                      line=frame.lineno)
 
 
 class Tracer:
@@ -125,15 +137,45 @@ class Tracer:
     def __eq__(self, o): return binary("eq", self, o)  # type: ignore[override]
     __hash__ = object.__hash__
 
+    def __ne__(self, o): return not_equal(self, o)  # type: ignore[override]
+    def __and__(self, o): return logical("mul", self, o)
+    def __rand__(self, o): return logical("mul", o, self)
+    def __or__(self, o): return logical("add", self, o)
+    def __ror__(self, o): return logical("add", o, self)
+    def __invert__(self): return logical_not(self)
+
     def __pow__(self, p):
         return power(self, p)
+
+    def __rpow__(self, base):
+        _unsupported(f"{base!r} ** array (use np.exp(x * math.log(base)))")
+
+    def __floordiv__(self, o): _unsupported("the // operator")
+    def __rfloordiv__(self, o): _unsupported("the // operator")
+    def __mod__(self, o): _unsupported("the % operator")
+    def __rmod__(self, o): _unsupported("the % operator")
+    def __xor__(self, o): _unsupported("the ^ operator")
+    def __rxor__(self, o): _unsupported("the ^ operator")
+
+    def __setitem__(self, index, value):
+        _unsupported("assigning into an array (x[...] = v); build the result with "
+                     "np.where or np.concatenate")
+
+    def __repr__(self) -> str:
+        return f"<traced {self.node.dtype} array of shape {self.node.shape}>"
 
     def __getitem__(self, index):
         return getitem(self, index)
 
-    def sum(self, axis=None, keepdims=False, **kw): return reduce("reduce_sum", self, axis, keepdims, kw)
-    def max(self, axis=None, keepdims=False, **kw): return reduce("reduce_max", self, axis, keepdims, kw)
-    def min(self, axis=None, keepdims=False, **kw): return reduce("reduce_min", self, axis, keepdims, kw)
+    def sum(self, axis=None, keepdims=False, **kw):
+        return reduce("reduce_sum", self, axis, keepdims, kw)
+
+    def max(self, axis=None, keepdims=False, **kw):
+        return reduce("reduce_max", self, axis, keepdims, kw)
+
+    def min(self, axis=None, keepdims=False, **kw):
+        return reduce("reduce_min", self, axis, keepdims, kw)
+
     def mean(self, axis=None, keepdims=False, **kw): return mean(self, axis, keepdims, **kw)
 
     def reshape(self, *shape, **kw):
@@ -158,8 +200,7 @@ class Tracer:
 
 
 def _unsupported(what: str):
-    raise TraceError(f"the lowering does not support {what}{_spec_line(Tracer._spec_path)}",
-                     hint=INIT_HINT)
+    raise spec_error(f"the lowering does not support {what}")
 
 
 # ---------------------------------------------------------------------------------
@@ -191,7 +232,7 @@ def _shape_dtype(args) -> tuple[tuple[int, ...], str]:
     try:
         shape = broadcast_shape([n.shape for n in nodes])
     except StochoptError as e:
-        raise TraceError(e.message + _spec_line(Tracer._spec_path)) from None
+        raise spec_error(e.message, hint=e.hint) from None
     return shape, ("bool" if all(n.dtype == "bool" for n in nodes) else "f32")
 
 
@@ -206,15 +247,46 @@ def binary(op: str, x, y) -> Tracer:
     args = (_operand(x), _operand(y))
     if not any(isinstance(a, TNode) for a in args):
         _unsupported(f"{op} of two numbers")
-    shape, _ = _shape_dtype(args)
-    dtype = "bool" if op in ("gt", "ge", "lt", "le", "eq") else "f32"
-    return _make(op, args, {}, shape, dtype)
+    shape, dtype = _shape_dtype(args)
+    if op in ("gt", "ge", "lt", "le", "eq"):
+        return _make(op, args, {}, shape, "bool")
+    if dtype == "bool" and op != "div" and all(isinstance(a, TNode) for a in args):
+        if op not in _LOGICAL:
+            _unsupported(f"{op} of two boolean arrays (numpy has no such operation)")
+        # numpy keeps bool: + and maximum are `or`, * and minimum are `and`
+        out = _make(op, args, {}, shape, "f32")
+        return _make("cast", (out.node,), {"dtype": "bool"}, shape, "bool")
+    return _make(op, args, {}, shape, "f32")
+
+
+_LOGICAL = ("add", "mul", "maximum", "minimum")
+
+
+def not_equal(x, y) -> Tracer:
+    return logical_not(binary("eq", x, y))
+
+
+def logical_not(x) -> Tracer:
+    a = _operand(x)
+    if not isinstance(a, TNode) or a.dtype != "bool":
+        _unsupported("~ / np.logical_not of an array that is not boolean")
+    return _make("eq", (a, 0.0), {}, a.shape, "bool")
+
+
+def logical(op: str, x, y) -> Tracer:
+    """& and | of boolean arrays (np.logical_and / np.logical_or)."""
+    args = (_operand(x), _operand(y))
+    if not all(isinstance(a, TNode) and a.dtype == "bool" for a in args):
+        _unsupported(f"{'&' if op == 'mul' else '|'} of arrays that are not both boolean")
+    return binary(op, x, y)
 
 
 def where(c, x, y) -> Tracer:
     args = (_operand(c), _operand(x), _operand(y))
-    if not isinstance(args[0], TNode) or args[0].dtype != "bool":
-        _unsupported("np.where with a condition that is not a boolean array")
+    if not isinstance(args[0], TNode):
+        _unsupported("np.where with a condition that is not an array")
+    if args[0].dtype != "bool":  # numpy reads a number as true where it is not zero
+        args = (astype(Tracer(args[0]), "bool").node,) + args[1:]
     shape, _ = _shape_dtype(args)
     return _make("where", args, {}, shape, "f32")
 
@@ -223,10 +295,27 @@ def matmul(a, b) -> Tracer:
     x, y = _operand(a), _operand(b)
     if not (isinstance(x, TNode) and isinstance(y, TNode)):
         _unsupported("matmul with a number")
-    if len(x.shape) < 2 or len(x.shape) != len(y.shape) or x.shape[:-2] != y.shape[:-2] \
-            or x.shape[-1] != y.shape[-2]:
-        _unsupported(f"matmul of shapes {x.shape} and {y.shape} (equal rank >= 2 and "
-                     "matching inner sizes are supported)")
+    if x.shape[-1] != y.shape[-2 if len(y.shape) > 1 else -1]:
+        raise spec_error(f"matmul of shapes {x.shape} and {y.shape}: the inner sizes "
+                         f"{x.shape[-1]} and {y.shape[-2 if len(y.shape) > 1 else -1]} differ",
+                         hint="a is (..., M, K) and b is (..., K, N)")
+    # numpy's vector and broadcast forms, as reshapes and transposes of a plain matmul
+    if len(x.shape) == 1:  # (K,) @ (..., K, N): a row vector
+        out = matmul(reshape(Tracer(x), (1, x.shape[0])), Tracer(y))
+        return reshape(out, out.shape[:-2] + out.shape[-1:])
+    if len(y.shape) == 1:  # (..., M, K) @ (K,): a column vector
+        return reshape(matmul(Tracer(x), reshape(Tracer(y), (y.shape[0], 1))), x.shape[:-1])
+    if len(x.shape) > 2 and len(y.shape) == 2:  # batch of a against one b: stack the rows
+        out = matmul(reshape(Tracer(x), (prod(x.shape[:-1]), x.shape[-1])), Tracer(y))
+        return reshape(out, x.shape[:-1] + (y.shape[-1],))
+    if len(x.shape) == 2 and len(y.shape) > 2:  # one a against a batch of b: side by side
+        rank = len(y.shape)
+        k_first = transpose(Tracer(y), (rank - 2,) + tuple(range(rank - 2)) + (rank - 1,))
+        wide = matmul(Tracer(x), reshape(k_first, (y.shape[-2], prod(k_first.shape[1:]))))
+        out = reshape(wide, (x.shape[0],) + y.shape[:-2] + (y.shape[-1],))
+        return transpose(out, tuple(range(1, rank - 1)) + (0, rank - 1))
+    if len(x.shape) != len(y.shape) or x.shape[:-2] != y.shape[:-2]:
+        _unsupported(f"matmul of shapes {x.shape} and {y.shape} (batch axes must be equal)")
     return _make("matmul", (x, y), {}, x.shape[:-1] + (y.shape[-1],), "f32")
 
 
@@ -236,8 +325,11 @@ def _axes(axis, rank: int) -> tuple[int, ...]:
     items = axis if isinstance(axis, tuple | list) else (axis,)
     out = []
     for a in items:
-        if not isinstance(a, int) or not -rank <= a < rank:
-            _unsupported(f"axis={axis!r}")
+        if not isinstance(a, int | np.integer) or isinstance(a, bool):
+            _unsupported(f"axis={axis!r} (an int or a tuple of ints)")
+        if not -rank <= a < rank:
+            raise spec_error(f"axis {a} is out of range for an array of rank {rank}",
+                             hint=f"use an axis in {-rank}..{rank - 1}, or {INIT_HINT}")
         out.append(a % rank)
     return tuple(sorted(set(out)))
 
@@ -246,6 +338,9 @@ def reduce(op: str, x, axis, keepdims, kw) -> Tracer:
     if kw:
         _unsupported(f"{op[7:]} with {', '.join(kw)}")
     t = x if isinstance(x, Tracer) else _unsupported(f"{op[7:]} of a number")
+    if t.node.dtype == "bool":  # numpy counts a bool sum; max/min of bools are any/all
+        out = reduce(op, astype(t, "f32"), axis, keepdims, kw)
+        return out if op == "reduce_sum" else astype(out, "bool")
     rank = t.ndim
     axes = _axes(axis, rank)
     for a in sorted(axes, reverse=True):  # highest first, so lower axis numbers stay put
@@ -280,34 +375,64 @@ def transpose(x, axes=None) -> Tracer:
     return _make("transpose", (t,), {"perm": perm}, tuple(t.shape[p] for p in perm), t.dtype)
 
 
-def reshape(x, shape) -> Tracer:
+def reshape(x, shape=None, order="C", newshape=None) -> Tracer:
     t = _operand(x)
+    shape = newshape if shape is None else shape
+    if order != "C" or shape is None:
+        _unsupported("reshape with order= (row-major reshape only)")
+    shape = (shape,) if isinstance(shape, int | np.integer) else tuple(shape)
+    if not isinstance(t, TNode) or not all(isinstance(s, int | np.integer) for s in shape):
+        _unsupported(f"reshape to {shape!r} (a tuple of ints)")
     shape = tuple(int(s) for s in shape)
     if shape.count(-1) == 1:
         known = prod(s for s in shape if s != -1)
-        shape = tuple(prod(t.shape) // known if s == -1 else s for s in shape)
+        shape = tuple(prod(t.shape) // max(known, 1) if s == -1 else s for s in shape)
     if prod(shape) != prod(t.shape) or any(s < 1 for s in shape):
-        _unsupported(f"reshape of {t.shape} to {shape}")
+        raise spec_error(f"cannot reshape an array of shape {t.shape} into {shape}",
+                         hint=f"the sizes must multiply to {prod(t.shape)}, or {INIT_HINT}")
     return _make("reshape", (t,), {"shape": shape}, shape, t.dtype)
 
 
 def getitem(x: Tracer, index) -> Tracer:
     items = index if isinstance(index, tuple) else (index,)
-    if any(i is Ellipsis or i is None for i in items) or len(items) > x.ndim:
-        _unsupported(f"indexing with {index!r} (static slices a:b only)")
-    bounds = []
+    for it in items:
+        if it is None:
+            _unsupported("x[..., None] / np.newaxis (add the axis with reshape)")
+        if isinstance(it, Tracer) and it.node.dtype == "bool":
+            _unsupported("boolean-mask indexing x[mask] (use np.where(mask, x, ...))")
+        if isinstance(it, Tracer | list | np.ndarray):
+            _unsupported("fancy indexing with a list or array of indices (static slices "
+                         "x[a:b] and integer indices only)")
+        if not (it is Ellipsis or isinstance(it, slice | int | np.integer)):
+            _unsupported(f"indexing with {it!r} (static slices x[a:b] only)")
+    if items.count(Ellipsis) == 1:
+        at = items.index(Ellipsis)
+        items = items[:at] + (slice(None),) * (x.ndim - len(items) + 1) + items[at + 1:]
+    if Ellipsis in items or len(items) > x.ndim:
+        _unsupported(f"indexing with {index!r}: more indices than the {x.ndim} axes")
+    bounds, dropped = [], []
     for axis, size in enumerate(x.shape):
         it = items[axis] if axis < len(items) else slice(None)
-        if not isinstance(it, slice) or it.step not in (None, 1):
-            _unsupported(f"indexing with {it!r} (static slices a:b only)")
+        if isinstance(it, int | np.integer) and not isinstance(it, bool | np.bool_):
+            if not -size <= it < size:  # x[i]: the slice i:i+1, then the axis dropped
+                _unsupported(f"index {it} of axis {axis}, which has size {size}")
+            it = slice(int(it) % size, int(it) % size + 1)
+            dropped.append(axis)
+        if it.step not in (None, 1):
+            _unsupported(f"the strided slice {it.start}:{it.stop}:{it.step} (steps of 1 only)")
+        if not all(v is None or isinstance(v, int | np.integer) for v in (it.start, it.stop)):
+            _unsupported(f"the slice {it!r} (static integer bounds only)")
         lo, hi, _ = it.indices(size)
         if hi <= lo:
             _unsupported(f"an empty slice {it!r}")
         bounds.append((lo, hi))
     shape = tuple(hi - lo for lo, hi in bounds)
-    if shape == x.shape:
-        return x
-    return _make("slice", (x.node,), {"bounds": tuple(bounds)}, shape, x.node.dtype)
+    out = x if shape == x.shape else _make("slice", (x.node,), {"bounds": tuple(bounds)},
+                                           shape, x.node.dtype)
+    if dropped:
+        kept = tuple(s for axis, s in enumerate(shape) if axis not in dropped) or (1,)
+        out = reshape(out, kept)
+    return out
 
 
 def concatenate(arrays, axis=0, **kw) -> Tracer:
@@ -316,7 +441,11 @@ def concatenate(arrays, axis=0, **kw) -> Tracer:
     nodes = [_operand(a) for a in arrays]
     if not all(isinstance(n, TNode) for n in nodes):
         _unsupported("np.concatenate of numbers")
+    if axis is None:  # numpy joins the flattened arrays
+        return concatenate([reshape(Tracer(n), (prod(n.shape),)) for n in nodes])
     rank = len(nodes[0].shape)
+    if isinstance(axis, tuple | list):
+        _unsupported(f"np.concatenate along axis={axis!r} (one axis)")
     axis = _axes(axis, rank)[0]
     shape = list(nodes[0].shape)
     for n in nodes[1:]:
@@ -328,28 +457,45 @@ def concatenate(arrays, axis=0, **kw) -> Tracer:
 
 
 def power(x, p) -> Tracer:
-    if isinstance(p, int | float) and float(p).is_integer() and 1 <= p <= 8:
+    if not isinstance(x, Tracer) or isinstance(p, Tracer):
+        _unsupported("a number or an array raised to an array power")
+    if isinstance(p, numbers.Real) and float(p).is_integer() and 1 <= abs(p) <= 8:
         out = x
-        for _ in range(int(p) - 1):
+        for _ in range(int(abs(p)) - 1):
             out = binary("mul", out, x)
-        return out
-    if p == 0.5:
-        return unary("sqrt", x)
-    if p == -1:
-        return binary("div", 1.0, x)
-    return _unsupported(f"x ** {p!r} (integer powers 1..8, 0.5 and -1 are supported)")
+        return out if p > 0 else binary("div", 1.0, out)
+    if p in (0.5, -0.5):
+        root = unary("sqrt", x)
+        return root if p > 0 else binary("div", 1.0, root)
+    return _unsupported(f"x ** {p!r} (integer powers -8..8 other than 0, and 0.5 and -0.5, "
+                        "are supported)")
 
 
 def astype(x, dtype) -> Tracer:
     t = _operand(x)
-    name = np.dtype(dtype).name if not isinstance(dtype, str) or dtype not in (
-        "f32", "bf16", "i32", "bool") else dtype
+    try:
+        name = np.dtype(dtype).name if not isinstance(dtype, str) or dtype not in (
+            "f32", "bf16", "i32", "bool") else dtype
+    except TypeError:
+        name = repr(dtype)
     if name in ("bool",):
         return _make("cast", (t,), {"dtype": "bool"}, t.shape, "bool")
+    if name in ("i32", "int32", "int64"):  # truncates toward zero; the value stays a number
+        if t.dtype == "i32":
+            return Tracer(t)
+        return _make("cast", (t,), {"dtype": "f32" if t.dtype == "bool" else "i32"},
+                     t.shape, "f32")
     if name in ("float32", "float64", "float16", "f32", "bf16", "bfloat16"):
         return _make("cast", (t,), {"dtype": "f32"}, t.shape, "f32") if t.dtype == "bool" \
             else Tracer(t)
     _unsupported(f"astype({dtype!r})")
+
+
+def _clip(a, lo=None, hi=None, **kw) -> Tracer:
+    if kw:
+        _unsupported(f"np.clip with {', '.join(kw)}")
+    out = a if lo is None else binary("maximum", a, lo)
+    return out if hi is None else binary("minimum", out, hi)
 
 
 def _reduce_fn(op):
@@ -370,13 +516,19 @@ _UFUNCS = {
     "less_equal": lambda a, b: binary("le", a, b), "equal": lambda a, b: binary("eq", a, b),
     "matmul": matmul, "square": lambda a: binary("mul", a, a),
     "reciprocal": lambda a: unary("reciprocal", a), "power": power,
+    "not_equal": not_equal, "logical_not": logical_not, "invert": logical_not,
+    "logical_and": lambda a, b: logical("mul", a, b),
+    "logical_or": lambda a, b: logical("add", a, b),
+    "bitwise_and": lambda a, b: logical("mul", a, b),
+    "bitwise_or": lambda a, b: logical("add", a, b),
 }
 _FUNCTIONS = {
     "where": where, "matmul": matmul, "transpose": transpose, "reshape": reshape,
     "concatenate": concatenate, "sum": _reduce_fn("reduce_sum"),
     "max": _reduce_fn("reduce_max"), "amax": _reduce_fn("reduce_max"),
     "min": _reduce_fn("reduce_min"), "amin": _reduce_fn("reduce_min"),
-    "mean": mean, "exp": lambda a: unary("exp", a), "sqrt": lambda a: unary("sqrt", a),
+    "mean": mean, "clip": _clip, "exp": lambda a: unary("exp", a),
+    "sqrt": lambda a: unary("sqrt", a),
     "tanh": lambda a: unary("tanh", a), "log": lambda a: unary("log", a),
     "abs": lambda a: unary("abs", a), "maximum": lambda a, b: binary("maximum", a, b),
     "minimum": lambda a, b: binary("minimum", a, b), "dot": matmul,
@@ -395,20 +547,25 @@ def trace(spec: Spec) -> tuple[list[TNode], TNode]:
     except StochoptError:
         raise
     except RecursionError:
-        raise TraceError(f"spec {spec.name}: the reference recursed too deeply") from None
+        raise TraceError(f"spec {spec.name}: the reference recursed too deeply",
+                         source=spec.path, line=spec.line) from None
     except Exception as e:
-        raise TraceError(f"spec {spec.name}: the reference failed while tracing: "
-                         f"{type(e).__name__}: {e}", hint=INIT_HINT) from None
+        raise spec_error(f"spec {spec.name}: the reference failed while tracing: "
+                         f"{type(e).__name__}: {e}",
+                         frames=traceback.extract_tb(e.__traceback__)) from None
     finally:
         Tracer._spec_path = None
         sys.setrecursionlimit(limit)
+    where = {"source": spec.path, "line": spec.line}
     if isinstance(result, tuple | list):
         raise TraceError(f"spec {spec.name} returns {len(result)} values; a spec returns one "
-                         "array", hint="return a single array (concatenate if needed)")
+                         "array", hint="return a single array (concatenate if needed)", **where)
     if not isinstance(result, Tracer):
-        raise TraceError(f"spec {spec.name} returns {type(result).__name__}, not an array that "
-                         "depends on its inputs")
+        raise TraceError(f"spec {spec.name} returns {type(result).__name__}, not an array "
+                         "computed from its inputs",
+                         hint="return an expression of the input arrays", **where)
     if result.node.op == "input":
-        raise TraceError(f"spec {spec.name} returns an input unchanged; nothing to compute")
+        raise TraceError(f"spec {spec.name} returns an input unchanged; nothing to compute",
+                         hint="a kernel must compute something from its inputs", **where)
     return inputs, result.node
 
