@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.text import Text
 
 from stochopt.errors import StochoptError
 
@@ -22,7 +23,8 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except StochoptError as e:
-            err_console.print(f"[bold red]error:[/] {e}", highlight=False, markup=True)
+            err_console.print(Text.assemble(("error: ", "bold red"), str(e)),
+                              highlight=False, soft_wrap=True)
             sys.exit(2)
 
 
@@ -240,20 +242,56 @@ def _print_verdict(kernel_path: str, spec, verdict) -> None:
 @click.option("--max-cost", default=None, type=click.FloatRange(min=0, min_open=True),
               help="Stop when the LLM has cost this many dollars.")
 @click.option("--quiet", is_flag=True, help="No live display.")
+@click.option("--model", default=None, help="LLM to propose kernels (any OpenAI-compatible "
+              "endpoint); without it, mixed runs the built-in proposers alone.")
+@click.option("--base-url", default=None, help="The endpoint, e.g. http://localhost:8000/v1 "
+              "(default: $OPENAI_BASE_URL, else OpenAI). The key is $OPENAI_API_KEY.")
+@click.option("--llm-concurrency", "concurrency", default=2, show_default=True,
+              type=click.IntRange(1, 64), help="LLM requests in flight per chain.")
+@click.option("--llm-timeout", "timeout_s", default=60.0, show_default=True,
+              type=click.FloatRange(min=0, min_open=True), help="Seconds per LLM request try.")
+@click.option("--llm-retries", "retries", default=4, show_default=True,
+              type=click.IntRange(0, 64), help="Retries on 429, 5xx, timeouts, broken replies.")
+@click.option("--llm-n", "n", default=1, show_default=True, type=click.IntRange(1, 16),
+              help="Choices per LLM request.")
+@click.option("--temperature", default=None, type=click.FloatRange(0, 2),
+              help="Sampling temperature (default: the server's).")
+@click.option("--max-tokens", default=None, type=click.IntRange(min=1),
+              help="Longest LLM reply in tokens (default: the server's).")
+@click.option("--price-in", default=None, type=click.FloatRange(min=0),
+              help="Dollars per million prompt tokens (default: known models' prices, else 0).")
+@click.option("--price-out", default=None, type=click.FloatRange(min=0),
+              help="Dollars per million completion tokens.")
+@click.option("--prompts", default=None, type=click.Path(file_okay=False, exists=True),
+              help="A folder of prompt templates replacing prompts/ (system.txt, user.txt, "
+              "failure.txt).")
+@click.option("--llm-cache", "cache", default=None, type=click.Path(file_okay=False),
+              help="Replay identical prompts from this folder (and fill it).")
 @machine_option
 def optimize(spec_path, budget, proposer, chains, seed, init, name, run_dir, resume,
-             max_proposals, max_cost, quiet, machine) -> None:
+             max_proposals, max_cost, quiet, machine, **llm) -> None:
     """Search for a faster kernel equivalent to a spec."""
+    import os
+
     from rich.live import Live
 
     from stochopt.search import optimize as run_optimize
     from stochopt.search.display import progress_view, summary_lines
+    from stochopt.search.llm import describe
 
     if spec_path is None and resume is None:
         raise StochoptError("give a spec file, or --resume RUN_DIR")
-    if proposer in ("mixed",):
-        err_console.print("no LLM configured: mixed runs the built-in proposers "
-                          "(mutate, rewrite)", highlight=False)
+    if resume is None and proposer in ("mixed", "llm"):
+        if llm["model"]:
+            err_console.print(f"LLM: {describe(llm)}", highlight=False)
+            if not (llm["base_url"] or os.environ.get("OPENAI_BASE_URL")
+                    or os.environ.get("OPENAI_API_KEY")):
+                err_console.print("[yellow]warning:[/] OPENAI_API_KEY is not set: requests "
+                                  "to OpenAI will fail (pass --base-url for a local server)",
+                                  highlight=False)
+        elif proposer == "mixed":
+            err_console.print("no LLM configured (--model): mixed runs the built-in "
+                              "proposers (mutate, rewrite)", highlight=False)
     live = None if quiet or not console.is_terminal else Live(console=console,
                                                              refresh_per_second=4)
     last = {"t": 0.0}
@@ -273,12 +311,35 @@ def optimize(spec_path, budget, proposer, chains, seed, init, name, run_dir, res
         result = run_optimize(spec_path, budget=budget, proposer=proposer, chains=chains,
                               seed=seed, init=init, machine=machine, run_dir=run_dir,
                               resume=resume, max_proposals=max_proposals, max_cost=max_cost,
-                              name=name, progress=progress)
+                              name=name, progress=progress, llm=llm if llm["model"] else None)
     finally:
         if live is not None:
             live.stop()
     for line in summary_lines(result):
         console.print(line, highlight=False)
+
+
+@main.command()
+@click.argument("run_dir", metavar="RUN_DIR", type=click.Path(file_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the facts as one JSON object.")
+@click.option("--html", "html_path", default=None, type=click.Path(dir_okay=False),
+              help="Write a self-contained HTML page with charts to this file.")
+def report(run_dir: str, as_json: bool, html_path: str | None) -> None:
+    """What a run did and found: finished, still going, or killed."""
+    from stochopt.report.facts import run_facts, to_json
+
+    facts = run_facts(run_dir)
+    if html_path:
+        from stochopt.report.html import render_html
+
+        _write_text(html_path, render_html(facts))
+        err_console.print(f"wrote {html_path}", highlight=False)
+    if as_json:
+        click.echo(to_json(facts))
+    elif not html_path:
+        from stochopt.report.terminal import report_view
+
+        console.print(report_view(facts, width=console.width))
 
 
 def _write_text(path: str, text: str) -> None:

@@ -97,7 +97,6 @@ def test_lower_as_a_subprocess_exits_2_without_a_traceback(write_spec):
     assert "Traceback" not in proc.stderr and proc.stdout == ""
 
 
-@pytest.mark.xfail(strict=True, reason="cli.py prints errors as rich markup: [..] vanishes")
 def test_lower_error_keeps_the_square_brackets_of_the_spec_line(write_spec):
     path = write_spec('@spec(inputs={"x": tensor("f32", (4, 8))})\n'
                       "def f(x):\n    return x[x > 0]\n")
