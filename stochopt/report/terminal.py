@@ -166,7 +166,7 @@ def trajectory_chart(facts: dict, width: int = 80, height: int = 8) -> Text:
     levels = []
     for c in range(width):
         t = (c + 1) * end / width
-        value = min(cycles for at, cycles in steps if at <= t or at == 0.0)
+        value = min(cycles for at, cycles in steps if at <= t)
         frac = (value - floor) / (top - floor) if top > floor else 0.0
         levels.append(max(0, min(8 * height, round(8 * height * frac))))
     text = Text()

@@ -1,0 +1,206 @@
+"""The HTML report's charts: matplotlib figures rendered to inline SVG strings.
+
+Each function takes the facts of a run (see facts.py) and returns one <svg> element.
+Figures are built with matplotlib.figure.Figure, not pyplot: no global state, no GUI
+backend, safe to call from any thread. Text stays text in the SVG (svg.fonttype none),
+so the numbers on a chart can be searched and tested.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from contextlib import contextmanager
+
+OUTCOME_COLORS = {"parse_error": "#9e9e9e", "invalid": "#f2a541", "wrong": "#d64545",
+                  "rejected": "#a9c4e4", "accepted": "#3a7bd5", "best": "#2e9e5b"}
+RESOURCE_COLORS = {"dma": "#3fa7c9", "tree": "#e0b040", "vector": "#b065c9",
+                   "vector+tree": "#c98ad9", "matrix": "#4caf6a"}
+# proposers get colours no outcome uses, so a green dot never reads as "best"; the
+# built-in ones keep theirs from run to run
+PROPOSER_COLORS = {"mutate": "#7b4fc9", "rewrite": "#0f8b8d", "llm": "#a16207"}
+OTHER_COLORS = ["#be185d", "#1e3a8a", "#4d7c0f", "#6b7280"]
+BASELINE_COLOR, ROOFLINE_COLOR = "#808080", "#d64545"
+_LABEL_FRACTION = 0.008  # of the time axis per character of an op's name, at 7 pt
+_STYLE = {"svg.fonttype": "none", "font.size": 9, "font.family": "sans-serif",
+          "axes.spines.top": False, "axes.spines.right": False, "axes.titlesize": 10,
+          "axes.titleweight": "bold", "axes.titlelocation": "left", "legend.frameon": False}
+
+
+def all_charts(facts: dict) -> dict[str, str]:
+    """Every chart of the page, by name."""
+    return {"trajectory": trajectory_svg(facts), "outcomes": outcomes_svg(facts),
+            "acceptance": acceptance_svg(facts), "profile": profile_svg(facts)}
+
+
+def proposer_colors(facts: dict) -> dict[str, str]:
+    others = [p for p in facts["proposers"] if p not in PROPOSER_COLORS]
+    return {**PROPOSER_COLORS,
+            **{p: OTHER_COLORS[i % len(OTHER_COLORS)] for i, p in enumerate(others)}}
+
+
+# ---------------------------------------------------------------------------------
+# the charts
+# ---------------------------------------------------------------------------------
+
+def trajectory_svg(f: dict) -> str:
+    """Best cycles over time as a step line, each step marked in its proposer's colour,
+    with the baseline above and the roofline below."""
+    with _figure("trajectory", (10, 3.6)) as fig:
+        ax = fig.subplots()
+        steps = f["improvements"]
+        end = max(f["elapsed_s"], steps[-1]["t"] if steps else 0.0, 1e-3)
+        ts = [0.0] + [s["t"] for s in steps] + [end]
+        cs = [f["start_cycles"]] + [s["cycles"] for s in steps]
+        cs.append(cs[-1])
+        ax.step(ts, cs, where="post", color="#222222", linewidth=1.6,
+                label=f"best cycles, now {cs[-1]}")
+        colors = proposer_colors(f)
+        for name in dict.fromkeys(s["proposer"] for s in steps):
+            mine = [s for s in steps if s["proposer"] == name]
+            ax.scatter([s["t"] for s in mine], [s["cycles"] for s in mine], zorder=3, s=28,
+                       color=colors.get(name, "#444444"), label=f"step by {name}")
+        ax.axhline(f["baseline_cycles"], color=BASELINE_COLOR, linestyle="--", linewidth=1)
+        ax.axhline(f["roofline_cycles"], color=ROOFLINE_COLOR, linestyle="--", linewidth=1)
+        ax.text(end, f["baseline_cycles"], f"baseline {f['baseline_cycles']}", ha="right",
+                va="bottom", color=BASELINE_COLOR)
+        ax.text(end, f["roofline_cycles"], f"roofline {f['roofline_cycles']}", ha="right",
+                va="bottom", color=ROOFLINE_COLOR)
+        top = max(f["baseline_cycles"], f["start_cycles"])
+        ax.set_ylim(0, top * 1.12)
+        ax.set_xlim(0, end * 1.01)
+        ax.set_xlabel("time since the start of the run (s)")
+        ax.set_ylabel("cycles")
+        ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=4, fontsize=8)
+        ax.grid(axis="y", color="#eeeeee")
+        return _svg(fig, "trajectory")
+
+
+def outcomes_svg(f: dict) -> str:
+    """One bar per proposer, split by outcome as a share of its proposals; the count of
+    proposals is written at the end of the bar."""
+    names = list(f["proposers"])
+    with _figure("outcomes", (10, 0.9 + 0.45 * max(1, len(names)))) as fig:
+        ax = fig.subplots()
+        outcomes = list(f["outcomes"])
+        for i, name in enumerate(names):
+            p = f["proposers"][name]
+            total, left = max(1, p["proposals"]), 0.0
+            for o in outcomes:
+                n = p["outcomes"].get(o, 0)
+                share = n / total
+                ax.barh(i, share, left=left, color=OUTCOME_COLORS.get(o, "#cccccc"),
+                        edgecolor="white", linewidth=0.5, height=0.6,
+                        label=o if i == 0 else None)
+                if share >= 0.06:
+                    ax.text(left + share / 2, i, str(n), ha="center", va="center",
+                            fontsize=8, color="white" if o in ("wrong", "accepted", "best")
+                            else "#222222")
+                left += share
+            ax.text(1.01, i, f"{p['proposals']} proposals", va="center", fontsize=8)
+        ax.set_yticks(range(len(names)), names)
+        ax.invert_yaxis()
+        ax.set_xlim(0, 1)
+        ax.xaxis.set_major_formatter(_percent())
+        ax.set_xlabel("share of the proposer's candidates")
+        ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=len(outcomes), fontsize=8)
+        return _svg(fig, "outcomes")
+
+
+def acceptance_svg(f: dict) -> str:
+    """Share of candidates the chains moved to, per slice of time, over the number of
+    candidates per second."""
+    bins = f["timeline"]
+    with _figure("acceptance", (10, 2.8)) as fig:
+        ax = fig.subplots()
+        rate_ax = ax.twinx()
+        if bins:
+            width = bins[0]["t1"] - bins[0]["t0"]
+            mids = [(b["t0"] + b["t1"]) / 2 for b in bins]
+            rate_ax.bar(mids, [b["proposals"] / width for b in bins], width=width * 0.9,
+                        color="#e8e8e8", zorder=0)
+            shown = [(m, b["accepted"] / b["proposals"]) for m, b in zip(mids, bins,
+                                                                         strict=True)
+                     if b["proposals"]]
+            ax.plot([m for m, _ in shown], [a for _, a in shown], color="#3a7bd5",
+                    marker="o", markersize=3, linewidth=1.4)
+            ax.axhline(f["acceptance"], color="#3a7bd5", linestyle=":", linewidth=1)
+            ax.set_title(f"overall {f['acceptance'] * 100:.1f}% accepted (dotted)",
+                         loc="right", fontsize=8, fontweight="normal", color="#3a7bd5")
+            ax.set_xlim(0, bins[-1]["t1"])
+        ax.set_zorder(rate_ax.get_zorder() + 1)
+        ax.patch.set_visible(False)
+        ax.set_ylim(0, 1.05)
+        ax.yaxis.set_major_formatter(_percent())
+        ax.set_ylabel("accepted", color="#3a7bd5")
+        rate_ax.set_ylabel("candidates / s (grey bars)", color="#888888")
+        rate_ax.spines["right"].set_visible(True)
+        ax.set_xlabel("time since the start of the run (s)")
+        return _svg(fig, "acceptance")
+
+
+def profile_svg(f: dict) -> str:
+    """The schedule of the baseline and of the best, one row per resource, on one time
+    axis; the roofline is the dashed line no kernel can beat."""
+    profiles = [("baseline", f["profiles"]["baseline"]), ("best", f["profiles"]["best"])]
+    order = list(RESOURCE_COLORS)
+    used = {o["resource"] for _, p in profiles for o in p["ops"] if o["resource"]}
+    rows = [r for r in order if r in used] + sorted(used - set(order)) or ["(no ops)"]
+    end = max(p["cycles"] for _, p in profiles) or 1
+    with _figure("profile", (10, 1.4 + 0.9 * len(rows))) as fig:
+        axes = fig.subplots(2, 1, sharex=True)
+        for ax, (title, p) in zip(axes, profiles, strict=True):
+            critical = set(p.get("critical_path", []))
+            for o in p["ops"]:
+                if not o["resource"] or o["end"] <= o["start"]:
+                    continue
+                y = rows.index(o["resource"])
+                ax.barh(y, o["end"] - o["start"], left=o["start"], height=0.7,
+                        color=RESOURCE_COLORS.get(o["resource"], "#999999"),
+                        edgecolor="#222222" if o["index"] in critical else "white",
+                        linewidth=0.8)
+                if (o["end"] - o["start"]) / end > _LABEL_FRACTION * (len(o["op"]) + 1):
+                    ax.text((o["start"] + o["end"]) / 2, y, o["op"], ha="center",
+                            va="center", fontsize=7, color="white")
+            ax.axvline(f["roofline_cycles"], color=ROOFLINE_COLOR, linestyle="--",
+                       linewidth=1)
+            ax.axvline(p["cycles"], color="#222222", linewidth=1)
+            ax.set_title(f"{title}: {p['cycles']} cycles")
+            ax.set_yticks(range(len(rows)), rows)
+            ax.set_ylim(len(rows) - 0.5, -0.5)
+        axes[0].text(f["roofline_cycles"], -0.5, " roofline", color=ROOFLINE_COLOR,
+                     va="bottom", fontsize=8)
+        axes[1].set_xlim(0, end * 1.02)
+        axes[1].set_xlabel("cycles (outlined: on the critical path)")
+        return _svg(fig, "profile")
+
+
+# ---------------------------------------------------------------------------------
+# matplotlib plumbing
+# ---------------------------------------------------------------------------------
+
+@contextmanager
+def _figure(name: str, size: tuple[float, float]):
+    import matplotlib
+    from matplotlib.figure import Figure
+
+    # a salt per chart keeps the ids of clip paths unique when the SVGs share a page
+    with matplotlib.rc_context({**_STYLE, "svg.hashsalt": f"stochopt-{name}"}):
+        yield Figure(figsize=size, layout="constrained")
+
+
+def _svg(fig, name: str) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None})
+    text = buf.getvalue()
+    text = text[text.index("<svg"):]
+    # scale with the page: drop the fixed size, keep the viewBox
+    head, rest = text.split(">", 1)
+    head = re.sub(r'\s(width|height)="[^"]*"', "", head)
+    return (f'{head} class="chart" data-chart="{name}" role="img" '
+            f'aria-label="{name} chart">{rest}')
+
+
+def _percent():
+    from matplotlib.ticker import PercentFormatter
+    return PercentFormatter(xmax=1.0, decimals=0)

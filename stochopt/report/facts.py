@@ -1,0 +1,386 @@
+"""The facts of a run directory as one plain dict: the single source of the terminal,
+JSON and HTML reports, so the three always show the same numbers.
+
+A run directory may belong to a finished run, to a run still going, or to a run that
+was killed: events.jsonl may end in half a line, checkpoint.json may lag the events,
+and best.json may describe a kernel newer than best.leir (it is written first). The
+facts trust, in order: best.leir (costed here, always a verified kernel), the events,
+then the checkpoint.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import time
+from array import array
+from pathlib import Path
+
+from stochopt.errors import StochoptError
+
+RUNNING_WITHIN_S = 15.0   # a run whose files changed this recently is still going
+TIMELINE_BINS = 30        # bins of the acceptance-over-time series
+TAKEN = ("accepted", "best")  # outcomes where the chain moved to the candidate
+
+
+def run_facts(run_dir: str | Path, now: float | None = None) -> dict:
+    """Read a run directory into a dict of plain values (see docs/report.md)."""
+    rd = Path(run_dir)
+    if not (rd / "run.json").is_file():
+        raise StochoptError(f"{rd} is not a run directory (no run.json)",
+                            hint="pass a directory written by stochopt optimize")
+    now = time.time() if now is None else now
+    run = _read_json(rd / "run.json")
+    checkpoint = _read_json(rd / "checkpoint.json", missing={})
+    notes: list[str] = []
+    events = _read_events(rd / "events.jsonl", notes)
+    machine = _machine(run, notes)
+    baseline_text = _read_text(rd / "baseline.leir")
+    best_text = _read_text(rd / "best.leir")
+    best_json = _read_json(rd / "best.json", missing={})
+    baseline_profile = _profile(baseline_text, machine, None, run["baseline_cycles"], notes,
+                                "baseline.leir")
+    best_profile = _profile(best_text, machine, best_json.get("profile"),
+                            best_json.get("cycles"), notes, "best.leir")
+
+    baseline_cycles = int(run["baseline_cycles"])
+    best_cycles = int(best_profile["cycles"])
+    roofline_cycles = int(run["roofline_cycles"])
+    start_cycles = _start_cycles(run, machine, baseline_cycles)
+    elapsed_s = max(float(checkpoint.get("elapsed_s", 0.0)), events["last_t"])
+    budget_s = float(run["budget_s"])
+    proposals, accepted = events["proposals"], events["accepted"]
+    improvements, proposers = _attribute(events, run.get("arms", []), start_cycles)
+    status = _status(rd, checkpoint, now)
+    verification = _verification(best_text, best_json, notes)
+    facts = {
+        "run_dir": str(rd), "spec": run["spec"], "spec_path": run.get("spec_path"),
+        "machine": run.get("machine_name") or run["machine"].get("name"),
+        "status": status, "stopped_by": _stopped_by(status, run, proposals, events),
+        "started": _iso(run.get("started")), "elapsed_s": round(elapsed_s, 3),
+        "budget_s": budget_s, "budget_used": round(elapsed_s / budget_s, 4) if budget_s else 0,
+        "proposer": run.get("proposer"), "arms": list(run.get("arms", [])),
+        "chains": run.get("chains"), "seed": run.get("seed"),
+        "baseline_cycles": baseline_cycles, "start_cycles": start_cycles,
+        "best_cycles": best_cycles, "speedup": _ratio(baseline_cycles, best_cycles),
+        "roofline_cycles": roofline_cycles,
+        "roofline_share": _ratio(roofline_cycles, best_cycles),
+        "baseline_roofline_share": _ratio(roofline_cycles, baseline_cycles),
+        **verification, "best_path": str(rd / "best.leir"),
+        # where and when the best was found, as long as best.json is about best.leir
+        **{f"best_{k}": best_json.get(k) if verification["verification"] else None
+           for k in ("source", "t", "chain")},
+        "proposals": proposals, "accepted": accepted,
+        "acceptance": round(accepted / proposals, 4) if proposals else 0.0,
+        "rate": round(proposals / elapsed_s, 2) if elapsed_s else 0.0,
+        "outcomes": events["outcomes"],
+        "tokens": events["tokens"], "cost_usd": round(events["cost_usd"], 6),
+        "proposers": proposers, "improvements": improvements,
+        "timeline": _timeline(events, elapsed_s),
+        "profiles": {"baseline": baseline_profile, "best": best_profile},
+        "kernels": {"baseline": baseline_text, "best": best_text},
+        "diff": list(difflib.unified_diff(baseline_text.splitlines(), best_text.splitlines(),
+                                          "baseline.leir", "best.leir", lineterm="")),
+        "counterexamples": _count_files(rd / "counterexamples"),
+        "llm_transcripts": _count_files(rd / "llm"),
+        "notes": notes,
+    }
+    _check_trajectory(facts, rd)
+    return facts
+
+
+# ---------------------------------------------------------------------------------
+# numbers as every form prints them (tests compare the forms through these)
+# ---------------------------------------------------------------------------------
+
+def format_speedup(x: float) -> str:
+    return f"{x:.2f}x"
+
+
+def format_share(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
+def format_usd(x: float) -> str:
+    return f"${x:.4f}"
+
+
+def format_seconds(x: float) -> str:
+    from stochopt.search.budget import format_duration
+    return format_duration(x)
+
+
+def headline(f: dict) -> list[tuple[str, str]]:
+    """The summary as (label, value) pairs, in the order the terminal and page show it."""
+    verified = "yes" if f["verified"] else "NO"
+    if f["verified"] and f["verification"]:
+        v = f["verification"]
+        verified += f" ({v['examples']} examples, seed {v['seed']}"
+        verified += f"; re-checked, seed {v['recheck_seed']})" if v.get("recheck_seed") \
+            is not None else ")"
+    status = f["status"] + (f" (stopped by {f['stopped_by']})" if f["stopped_by"] else "")
+    rows = [
+        ("spec", f"{f['spec']} on {f['machine']}"),
+        ("status", status),
+        ("budget", f"{format_seconds(f['elapsed_s'])} of {format_seconds(f['budget_s'])} "
+                   f"({format_share(f['budget_used'])})"),
+        ("candidates", f"{f['proposals']} ({f['rate']:.1f}/s), {f['accepted']} accepted "
+                       f"({format_share(f['acceptance'])})"),
+        ("cycles", f"{f['baseline_cycles']} -> {f['best_cycles']} "
+                   f"({format_speedup(f['speedup'])})"),
+        ("roofline", f"{f['roofline_cycles']} cycles: best is at "
+                     f"{format_share(f['roofline_share'])} of it (baseline "
+                     f"{format_share(f['baseline_roofline_share'])})"),
+        ("verified", verified),
+        ("LLM", f"{f['tokens']} tokens, {format_usd(f['cost_usd'])}"),
+    ]
+    return rows
+
+
+# ---------------------------------------------------------------------------------
+# reading the files
+# ---------------------------------------------------------------------------------
+
+def _read_json(path: Path, missing: dict | None = None) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        if missing is not None:
+            return missing
+        raise StochoptError(f"{path.parent} has no {path.name}") from None
+    except (OSError, json.JSONDecodeError) as e:
+        if missing is not None:
+            return missing
+        raise StochoptError(f"cannot read {path}: {e}") from None
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as e:
+        raise StochoptError(f"cannot read {path}: {e}",
+                            hint="a run directory always holds baseline.leir and best.leir"
+                            ) from None
+
+
+def _read_events(path: Path, notes: list[str]) -> dict:
+    """Stream events.jsonl into totals; keep only what the charts need per event."""
+    from stochopt.search.chain import OUTCOMES
+    per = {"proposals": 0, "accepted": 0, "tokens": 0, "cost_usd": 0.0, "last_t": 0.0,
+           "outcomes": dict.fromkeys(OUTCOMES, 0), "by_proposer": {}, "bests": [],
+           "times": array("d"), "taken": array("b")}
+    skipped = 0
+    try:
+        f = open(path)
+    except FileNotFoundError:
+        return per
+    with f:
+        for line in f:
+            try:
+                e = json.loads(line)
+                outcome, t = e["outcome"], float(e.get("t") or 0.0)
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                skipped += 1
+                continue
+            per["proposals"] += 1
+            per["outcomes"][outcome] = per["outcomes"].get(outcome, 0) + 1
+            taken = outcome in TAKEN
+            per["accepted"] += taken
+            tokens, usd = int(e.get("tokens") or 0), float(e.get("cost_usd") or 0.0)
+            per["tokens"] += tokens
+            per["cost_usd"] += usd
+            per["last_t"] = max(per["last_t"], t)
+            per["times"].append(t)
+            per["taken"].append(taken)
+            p = per["by_proposer"].setdefault(e.get("proposer", "?"), _proposer_row())
+            p["proposals"] += 1
+            p["outcomes"][outcome] = p["outcomes"].get(outcome, 0) + 1
+            p["accepted"] += taken
+            p["tokens"] += tokens
+            p["cost_usd"] += usd
+            if outcome == "best" and e.get("cycles") is not None:
+                per["bests"].append({"t": t, "cycles": int(e["cycles"]),
+                                     "proposer": e.get("proposer", "?"),
+                                     "move": e.get("move"), "chain": e.get("chain")})
+    if skipped:
+        notes.append(f"{skipped} line(s) of events.jsonl could not be read and were skipped "
+                     "(a run killed while writing leaves its last line cut short)")
+    return per
+
+
+def _proposer_row() -> dict:
+    from stochopt.search.chain import OUTCOMES
+    return {"proposals": 0, "outcomes": dict.fromkeys(OUTCOMES, 0), "accepted": 0,
+            "improvements": 0, "cycles_saved": 0, "improvement_share": 0.0,
+            "tokens": 0, "cost_usd": 0.0}
+
+
+def _machine(run: dict, notes: list[str]):
+    from stochopt.backend.machine import PRESETS, machine_from_dict
+
+    name = run.get("machine_name") or run["machine"].get("name")
+    if name in PRESETS:
+        return PRESETS[name]
+    try:
+        data = {k: v for k, v in run["machine"].items() if k != "name"}
+        return machine_from_dict({**data, "name": name}, name)
+    except (StochoptError, TypeError, KeyError) as e:
+        notes.append(f"cannot rebuild machine {name} from run.json ({e}); "
+                     "profiles come from best.json")
+        return None
+
+
+def _profile(text: str, machine, stored: dict | None, cycles: int | None,
+             notes: list[str], what: str) -> dict:
+    """The kernel's profile, costed now; else the stored one; else its cycles alone."""
+    from stochopt.backend.cost import cost
+    from stochopt.leir.parser import parse
+
+    if machine is not None:
+        try:
+            return cost(parse(text, machine), machine).to_json()
+        except StochoptError as e:
+            notes.append(f"cannot cost {what} ({e})")
+    if stored and stored.get("ops"):
+        return stored
+    if cycles is None:
+        raise StochoptError(f"cannot cost {what} and no cycle count of it is stored")
+    return {"cycles": int(cycles), "ops": [], "resources": {}, "critical_path": []}
+
+
+def _start_cycles(run: dict, machine, baseline_cycles: int) -> int:
+    """The cycles the search started from: the --init kernel's, else the baseline's."""
+    if not run.get("init") or machine is None:
+        return baseline_cycles
+    from stochopt.backend.cost import cost
+    from stochopt.leir.parser import parse
+    try:
+        return cost(parse(Path(run["init"]).read_text(), machine), machine).cycles
+    except (OSError, UnicodeDecodeError, StochoptError):
+        return baseline_cycles
+
+
+def _verification(best_text: str, best_json: dict, notes: list[str]) -> dict:
+    """Whether best.leir is verified, and how hard it was checked."""
+    from stochopt.verify.check import sha256_text
+
+    cert = best_json.get("certificate") or {}
+    if not best_json:
+        notes.append("best.json is missing or unreadable: the check details of best.leir "
+                     "are unknown")
+        return {"verified": True, "verification": None}
+    if cert.get("kernel_sha256") != sha256_text(best_text):
+        # best.json is written before best.leir: a kill in between leaves best.leir
+        # holding the previous best, which was verified when it was written
+        notes.append("best.json describes another kernel than best.leir (the run was "
+                     "killed between the two writes); best.leir is the previous verified "
+                     "best and its check details are not stored")
+        return {"verified": True, "verification": None}
+    verdict = best_json.get("verdict") or {}
+    recheck = best_json.get("recheck")
+    verified = bool(cert.get("equivalent")) and bool(verdict.get("equivalent", True)) and \
+        (recheck is None or bool(recheck.get("equivalent")))
+    return {"verified": verified, "verification": {
+        "examples": cert.get("examples"), "seed": cert.get("seed"),
+        "max_semantic_error": cert.get("max_semantic_error"),
+        "max_precision_error": cert.get("max_precision_error"),
+        "checked_at": cert.get("checked_at"),
+        "recheck_seed": recheck.get("seed") if recheck else None}}
+
+
+def _count_files(path: Path) -> int:
+    try:
+        return sum(1 for p in path.iterdir() if p.is_file())
+    except OSError:
+        return 0
+
+
+# ---------------------------------------------------------------------------------
+# what the events say
+# ---------------------------------------------------------------------------------
+
+def _attribute(events: dict, arms: list[str], start_cycles: int) -> tuple[list, dict]:
+    """The steps of the global best in time order; each step's decrease in cycles is
+    credited to the proposer of the candidate that made it. A chain's 'best' that did not
+    beat the global best (another chain was ahead) is no step."""
+    proposers = {a: _proposer_row() for a in arms}
+    proposers.update(events["by_proposer"])
+    steps, running = [], start_cycles
+    for b in sorted(events["bests"], key=lambda b: b["t"]):
+        if b["cycles"] >= running:
+            continue
+        saved = running - b["cycles"]
+        running = b["cycles"]
+        steps.append({**b, "saved": saved})
+        row = proposers.setdefault(b["proposer"], _proposer_row())
+        row["improvements"] += 1
+        row["cycles_saved"] += saved
+    total = start_cycles - running
+    for row in proposers.values():
+        row["improvement_share"] = round(row["cycles_saved"] / total, 4) if total else 0.0
+        row["cost_usd"] = round(row["cost_usd"], 6)
+    return steps, dict(sorted(proposers.items()))
+
+
+def _timeline(events: dict, elapsed_s: float) -> list[dict]:
+    """Proposals and accepted moves in equal bins of time, for the acceptance chart."""
+    times, taken = events["times"], events["taken"]
+    if not times:
+        return []
+    end = max(elapsed_s, events["last_t"], 1e-9)
+    width = end / TIMELINE_BINS
+    bins = [{"t0": round(i * width, 3), "t1": round((i + 1) * width, 3), "proposals": 0,
+             "accepted": 0} for i in range(TIMELINE_BINS)]
+    for t, k in zip(times, taken, strict=True):
+        b = bins[min(TIMELINE_BINS - 1, max(0, int(t / width)))]
+        b["proposals"] += 1
+        b["accepted"] += k
+    return bins
+
+
+def _status(rd: Path, checkpoint: dict, now: float) -> str:
+    if checkpoint.get("finished"):
+        return "finished"
+    touched = [p.stat().st_mtime for p in (rd / "events.jsonl", rd / "checkpoint.json")
+               if p.exists()]
+    return "running" if touched and now - max(touched) < RUNNING_WITHIN_S else "stopped"
+
+
+def _stopped_by(status: str, run: dict, proposals: int, events: dict) -> str | None:
+    if status != "finished":
+        return None
+    if run.get("max_proposals") and proposals >= run["max_proposals"]:
+        return "max_proposals"
+    if run.get("max_cost") and events["cost_usd"] >= run["max_cost"]:
+        return "max_cost"
+    return "budget"
+
+
+def _check_trajectory(f: dict, rd: Path) -> None:
+    """Say so when the events and best.leir disagree about the best."""
+    last = f["improvements"][-1]["cycles"] if f["improvements"] else f["start_cycles"]
+    if last < f["best_cycles"]:
+        why = ("the final re-check failed (see counterexamples/recheck.npz)"
+               if (rd / "counterexamples" / "recheck.npz").exists()
+               else "the run stopped before it was written")
+        f["notes"].append(f"the events record a best of {last} cycles that best.leir does "
+                          f"not hold: {why}")
+    if f["status"] == "stopped" and f["elapsed_s"] < f["budget_s"]:
+        f["notes"].append("the run stopped before its budget was spent; continue it with "
+                          f"stochopt optimize --resume {rd}")
+
+
+def _ratio(a: float, b: float) -> float:
+    return round(a / b, 4) if b else 0.0
+
+
+def _iso(t: float | None) -> str | None:
+    if t is None:
+        return None
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def to_json(facts: dict) -> str:
+    """The facts as the JSON that --json prints."""
+    return json.dumps(facts, indent=2, default=str, allow_nan=False)
+
