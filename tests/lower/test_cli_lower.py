@@ -6,7 +6,6 @@ import json
 import subprocess
 import sys
 
-import pytest
 from click.testing import CliRunner
 
 from stochopt.cli import main
