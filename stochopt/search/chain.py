@@ -45,6 +45,7 @@ class Candidate:
     outcome: str | None = None   # preset for parse_error / invalid
     tokens: int = 0
     cost_usd: float = 0.0
+    latency_s: float = 0.0       # wall time an LLM spent on it (the bandit charges for it)
 
 
 class Chain:
@@ -70,6 +71,7 @@ class Chain:
         self.counterexample_dir = None
         self.saved_inputs: list[str] = []
         self.set_current(start)
+        self.best_text = render(start)       # the best verified kernel known (for prompts)
 
     # -- state ------------------------------------------------------------------------
     def set_current(self, kernel: Kernel) -> None:
@@ -116,6 +118,9 @@ class Chain:
             cand = self.llm.take(self)
             if cand is not None:
                 return cand
+            if self.arms == ["llm"]:  # take() waited for a reply until the run stopped
+                return Candidate("llm", "no_reply", error="the run stopped before a reply "
+                                 "came", outcome="invalid")
             arm = "mutate"  # no reply ready yet: keep the chain busy meanwhile
         for attempt in range(16):  # a move that does not apply here is redrawn
             try:
@@ -190,6 +195,7 @@ class Chain:
                              counterexample=True)
                 return None, None
             self.best_cycles = cycles
+            self.best_text = render(kernel)
             self.since_improvement = 0
             self.current, self.current_cycles, self.current_eq = kernel, cycles, 0.0
             self.current_cost = lam_perf

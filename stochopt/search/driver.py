@@ -70,7 +70,7 @@ def _work(job: Job, outbox, inbox, stop, parent) -> None:
     llm = None
     if "llm" in job.arms and job.llm:
         from stochopt.search.llm import LLMProposer
-        llm = LLMProposer.from_job(job, spec, machine)
+        llm = LLMProposer.from_job(job, spec, machine, stop)
     chain = Chain(job.index, spec, baseline, cost(baseline, machine).cycles, start, machine,
                   job.arms, job.seed, ChainConfig(**job.config), llm)
     chain.counterexample_dir = Path(job.run_dir) / "counterexamples"
@@ -88,6 +88,7 @@ def _work(job: Job, outbox, inbox, stop, parent) -> None:
                 kind, text, cycles = inbox.get_nowait()
                 if kind == "best" and cycles < chain.best_cycles:
                     chain.best_cycles, global_best = cycles, text
+                    chain.best_text = text
         except queue.Empty:
             pass
         event, best, facts = chain.step(deadline_mono)

@@ -53,7 +53,9 @@ def optimize(spec_path: str | None = None, *, budget: str | float = "10m",
         raise StochoptError(f"max_proposals must be a positive integer, got {max_proposals!r}")
     if max_cost is not None and not max_cost > 0:
         raise StochoptError(f"max_cost must be positive, got {max_cost!r}")
-    arms = check_proposer(proposer, llm_available=bool(llm and llm.get("model")))
+    from stochopt.search.llm import llm_options
+    llm = llm_options(llm, max_cost)  # defaults filled, every value and template checked
+    arms = check_proposer(proposer, llm_available=llm is not None)
     m = load_machine(machine)
     spec = load_spec(spec_path, name)
     baseline, start = _starting_kernels(spec, m, init)
@@ -313,6 +315,7 @@ class _Stats:
         self.cost_usd = state.get("cost_usd", 0.0)
         self.by_proposer: dict[str, dict[str, int]] = {}
         self.errors: list[str] = []
+        self.llm_error: str | None = None  # the last failed LLM request, until one works
         self.recent: list[float] = []
 
     def elapsed(self) -> float:
@@ -324,6 +327,8 @@ class _Stats:
             self.accepted += 1
         self.tokens += e.get("tokens") or 0
         self.cost_usd += e.get("cost_usd") or 0.0
+        if e["proposer"] == "llm" and e.get("move") != "no_reply":
+            self.llm_error = e["error"] if e.get("move") == "request_failed" else None
         counts = self.by_proposer.setdefault(e["proposer"], {})
         counts[e["outcome"]] = counts.get(e["outcome"], 0) + 1
         self.recent.append(time.time())
@@ -339,4 +344,5 @@ class _Stats:
                 "speedup": base / self.best_cycles,
                 "roofline_share": self.run["roofline_cycles"] / self.best_cycles,
                 "by_proposer": self.by_proposer, "tokens": self.tokens,
-                "cost_usd": self.cost_usd, "errors": list(self.errors)}
+                "cost_usd": self.cost_usd,
+                "errors": self.errors + ([self.llm_error] if self.llm_error else [])}

@@ -1,0 +1,318 @@
+"""The LLM's prompts: plain-text templates in prompts/ filled with named fields.
+
+    system.txt   the fixed part of every request: the LEIR reference and the machine's
+                 cost rules (docs/leir.md and docs/machine.md, compacted)
+    user.txt     what changes: the spec, the best kernel with its profile and roofline,
+                 the recent failures
+    failure.txt  one recent failure, repeated into user.txt's $failures
+
+and the reading of the answers they ask for: fenced code blocks holding a whole kernel,
+or SEARCH/REPLACE edits of the kernel shown.
+
+Templates use string.Template syntax ($name or ${name}; $$ is a dollar sign). A
+``--prompts DIR`` may replace any of them; a field a template names that does not exist
+is an error at startup, with the fields that do.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from pathlib import Path
+from string import Template
+
+from stochopt.backend.cost import Profile, cost, roofline_of_kernel
+from stochopt.errors import ParseError, StochoptError
+from stochopt.leir.render import render
+
+ROOT = Path(__file__).resolve().parents[2]   # the repository (prompts/ and docs/ live here)
+DEFAULT_PROMPTS = ROOT / "prompts"
+
+FIELDS = {
+    "system.txt": {
+        "leir_reference": "docs/leir.md, compacted",
+        "machine_reference": "docs/machine.md, compacted",
+        "machine_name": "the machine preset's name",
+        "machine_summary": "the machine's constants, one line",
+    },
+    "user.txt": {
+        "spec_name": "the spec's name",
+        "spec_source": "the spec file's source",
+        "kernel": "the best kernel's text",
+        "kernel_name": "its def name",
+        "kernel_cycles": "its cycles",
+        "baseline_cycles": "the baseline kernel's cycles",
+        "roofline_cycles": "the spec's roofline in cycles",
+        "roofline_share": "roofline / cycles, as a percentage",
+        "speedup": "baseline / cycles, e.g. 3.44x",
+        "bottleneck": "the busiest resource and its busy share",
+        "critical_path_cycles": "the longest chain of dependent work",
+        "peak_local_bytes": "the most PE memory live at once",
+        "profile": "one line per op that works: resource, start, end, cycles",
+        "resources": "busy cycles of each resource",
+        "failures": "the recent failed candidates, each through failure.txt",
+        "machine_name": "the machine preset's name",
+    },
+    "failure.txt": {
+        "number": "1, 2, ...", "outcome": "parse_error, invalid, wrong, rejected or accepted",
+        "cycles": "' (N cycles)' when it was costed, else empty",
+        "error": "the error, the counterexample or why it was rejected",
+        "code": "the kernel text it came from (cut when long)",
+    },
+}
+
+MAX_KERNEL_CHARS = 48_000     # longer kernels are cut in the prompt (they rarely are)
+MAX_PROFILE_ROWS = 40         # the costliest ops when there are more
+MAX_ERROR_CHARS = 800
+MAX_CODE_CHARS = 2500
+REFERENCE_LIMIT = 20_000      # characters per compacted document
+DROP_SECTIONS = {"machine.md": ("The profile",)}  # for scripts, not for writing kernels
+
+
+def load_templates(directory: str | Path | None = None) -> dict[str, str]:
+    """The three templates: from ``directory`` where it has them, else the defaults.
+    Checks every field they name."""
+    if directory is not None and not Path(directory).is_dir():
+        raise StochoptError(f"--prompts {directory} is not a directory",
+                            hint="give a folder holding system.txt, user.txt or failure.txt")
+    out = {}
+    for name, fields in FIELDS.items():
+        path = Path(directory) / name if directory else None
+        if path is None or not path.is_file():
+            path = DEFAULT_PROMPTS / name
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise StochoptError(f"cannot read prompt template {path}: {e}",
+                                hint="pass --prompts DIR with system.txt, user.txt and "
+                                     "failure.txt") from None
+        template = Template(text)
+        if not template.is_valid():
+            raise StochoptError(f"prompt template {path} has a bad $-placeholder",
+                                hint="write $name or ${name}, and $$ for a dollar sign")
+        unknown = sorted(set(template.get_identifiers()) - set(fields))
+        if unknown:
+            raise StochoptError(f"prompt template {path} names unknown field(s) "
+                                f"{', '.join('$' + u for u in unknown)}",
+                                hint=f"{name} may use {', '.join('$' + f for f in fields)}")
+        out[name] = text
+    return out
+
+
+def fill(template: str, fields: dict) -> str:
+    return Template(template).substitute({k: str(v) for k, v in fields.items()})
+
+
+# -- reference documents ---------------------------------------------------------------
+@cache
+def reference(name: str, limit: int = REFERENCE_LIMIT) -> str:
+    """docs/<name>, compacted for a prompt (or a line saying it is missing)."""
+    path = ROOT / "docs" / name
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return f"(docs/{name} is not available in this installation)"
+    return compact_markdown(text, DROP_SECTIONS.get(name, ()), limit)
+
+
+def compact_markdown(text: str, drop_sections=(), limit: int = REFERENCE_LIMIT) -> str:
+    """Markdown with less to read and the same facts: no shell or TOML examples, no
+    table rules, no listed sections, single blank lines; cut at ``limit`` characters
+    on a section boundary."""
+    text = re.sub(r"\A# [^\n]*\n", "", text)     # the page title: the template has its own
+    text = re.sub(r"^```(?:toml|sh|bash|console|shell)\n.*?^```\n?", "", text,
+                  flags=re.M | re.S)
+    sections = re.split(r"(?m)^(?=#{1,3} )", text)
+    kept = [s for s in sections
+            if not any(re.match(rf"#+ (\d+\. )?{re.escape(d)}\b", s) for d in drop_sections)]
+    lines = []
+    for line in "".join(kept).splitlines():
+        if re.fullmatch(r"\s*\|?(\s*:?-{3,}:?\s*\|)+\s*:?-*:?\s*", line):
+            continue                            # | --- | --- |
+        if re.match(r"\s{4}stochopt ", line):
+            continue                            # command lines for people
+        line = line.rstrip()
+        if line.startswith("|") and line.endswith("|"):
+            line = line[1:-1].strip()
+        if not line and lines and not lines[-1]:
+            continue
+        lines.append(line)
+    out = "\n".join(lines).strip()
+    if len(out) > limit:
+        cut = out.rfind("\n#", 0, limit)
+        out = out[:cut if cut > limit // 2 else limit].rstrip() + "\n(cut here for length)"
+    return out
+
+
+# -- the messages of one request --------------------------------------------------------
+class PromptBuilder:
+    """Makes the messages for a spec on a machine; the system part never changes."""
+
+    def __init__(self, templates: dict[str, str], spec, machine, baseline,
+                 roofline_cycles: int | None = None) -> None:
+        self.templates, self.spec, self.machine = templates, spec, machine
+        self.baseline_cycles = cost(baseline, machine).cycles
+        self.roofline_cycles = roofline_cycles or _roofline(spec, machine, baseline)
+        summary = machine.summary()
+        self.system = fill(templates["system.txt"], {
+            "leir_reference": reference("leir.md"),
+            "machine_reference": reference("machine.md"),
+            "machine_name": machine.name,
+            "machine_summary": ", ".join(f"{k} {v}" for k, v in summary.items()
+                                         if k != "name"),
+        })
+
+    def messages(self, kernel, failures: list[dict]) -> list[dict]:
+        return [{"role": "system", "content": self.system},
+                {"role": "user", "content": self.user(kernel, failures)}]
+
+    def user(self, kernel, failures: list[dict]) -> str:
+        profile = cost(kernel, self.machine)
+        text = render(kernel)
+        if len(text) > MAX_KERNEL_CHARS:
+            text = text[:MAX_KERNEL_CHARS] + "\n# (kernel cut here for length)"
+        busiest = profile.bottleneck()
+        fields = {
+            "spec_name": self.spec.name, "spec_source": self.spec.source.strip(),
+            "kernel": text.rstrip(), "kernel_name": kernel.name,
+            "kernel_cycles": profile.cycles, "baseline_cycles": self.baseline_cycles,
+            "roofline_cycles": self.roofline_cycles,
+            "roofline_share": f"{100 * self.roofline_cycles / max(1, profile.cycles):.1f}%",
+            "speedup": f"{self.baseline_cycles / max(1, profile.cycles):.2f}x",
+            "bottleneck": f"{busiest} ({100 * profile.busy_fraction()[busiest]:.0f}% busy)",
+            "critical_path_cycles": profile.critical_path_cycles,
+            "peak_local_bytes": profile.peak_local_bytes,
+            "profile": profile_text(kernel, profile), "resources": resources_text(profile),
+            "failures": self.failures(failures), "machine_name": self.machine.name,
+        }
+        return fill(self.templates["user.txt"], fields)
+
+    def failures(self, failures: list[dict]) -> str:
+        if not failures:
+            return "None yet."
+        parts = []
+        for i, f in enumerate(failures, 1):
+            error = str(f.get("error") or "")
+            code = f.get("code") or "(no code)"
+            if len(code) > MAX_CODE_CHARS:
+                code = code[:MAX_CODE_CHARS] + "\n# (cut here for length)"
+            parts.append(fill(self.templates["failure.txt"], {
+                "number": i, "outcome": f["outcome"],
+                "cycles": f" ({f['cycles']} cycles)" if f.get("cycles") else "",
+                "error": error[:MAX_ERROR_CHARS], "code": code.rstrip()}).rstrip())
+        return "\n\n".join(parts)
+
+
+def profile_text(kernel, profile: Profile) -> str:
+    """The kernel's statements with what each costs, in program order; the costliest
+    MAX_PROFILE_ROWS when there are more."""
+    critical = set(profile.critical_path)
+    statements = _statements(kernel)
+    ops = [o for o in profile.ops if o.op != "input"]
+    shown = ops
+    if len(ops) > MAX_PROFILE_ROWS:
+        keep = {o.index for o in sorted(ops, key=lambda o: -o.cycles)[:MAX_PROFILE_ROWS]}
+        shown = [o for o in ops if o.index in keep]
+    lines = ["    start      end   cycles  resource     statement"]
+    for o in shown:
+        mark = "*" if o.index in critical else " "
+        what = statements.get(o.index) or f"{o.op} (node {o.index})"
+        lines.append(f"{mark}{o.start:>7} {o.end:>8} {o.cycles:>8}  "
+                     f"{o.resource or 'free':<11}  {what}")
+    if len(shown) < len(ops):
+        lines.append(f"  ({len(ops) - len(shown)} cheaper ops not shown)")
+    return "\n".join(lines)
+
+
+def _statements(kernel) -> dict[int, str]:
+    """Node index -> its line in render(kernel) (render writes one line per node, in
+    order, the returned store inline when it is last)."""
+    body = render(kernel).splitlines()
+    body = body[next(i for i, line in enumerate(body) if line.startswith("def ")) + 1:]
+    last = len(kernel.nodes) - 1
+    order = [i for i, n in enumerate(kernel.nodes)
+             if n.op != "input" and not i == kernel.output == last]
+    if kernel.output == last:
+        order.append(last)
+    if len(body) < len(order):
+        return {}
+    return {i: line.strip() for i, line in zip(order, body, strict=False)}
+
+
+def resources_text(profile: Profile) -> str:
+    frac = profile.busy_fraction()
+    return ", ".join(f"{r} {b} cycles ({100 * frac[r]:.0f}%)" for r, b in profile.busy.items())
+
+
+def _roofline(spec, machine, baseline) -> int:
+    try:
+        from stochopt.lower.roofline import spec_roofline
+        return spec_roofline(spec, machine).cycles
+    except StochoptError:
+        return roofline_of_kernel(baseline, machine)
+
+
+# -- reading replies: the answer format the prompt asks for -------------------------------
+LANGUAGES = {"", "leir", "python", "py", "python3"}
+_OPEN = re.compile(r"[ \t]*(`{3,}|~{3,})[ \t]*([\w.+-]*)")
+MAX_EDITS = 32
+EDIT_START = re.compile(r"^<{5,}[ \t]*SEARCH", re.M)
+EDIT = re.compile(r"^<{5,}[ \t]*SEARCH[^\n]*\n(.*?)^={5,}[^\n]*\n(.*?)^>{5,}[ \t]*REPLACE[^\n]*$",
+                  re.M | re.S)
+
+
+def code_blocks(text: str) -> list[str]:
+    """The LEIR/python/plain fenced blocks of a reply (an unclosed last one included);
+    a reply with no fence but a def or edits is taken whole. Reasoning in <think> tags
+    is skipped."""
+    text = re.sub(r"<think>.*?(?:</think>|\Z)", "", text, flags=re.S)
+    lines = text.splitlines()
+    blocks, i = [], 0
+    while i < len(lines):
+        m = _OPEN.fullmatch(lines[i])
+        if m is None:
+            i += 1
+            continue
+        fence, lang = m.group(1), m.group(2).lower()
+        j = i + 1
+        while j < len(lines) and not _closes(lines[j], fence):
+            j += 1
+        if lang in LANGUAGES and "\n".join(lines[i + 1:j]).strip():
+            blocks.append("\n".join(lines[i + 1:j]) + "\n")
+        i = j + 1
+    if not blocks:
+        start = re.search(r"^(# spec:.*\n)?def |^<{5,}[ \t]*SEARCH", text, re.M)
+        if start:
+            blocks.append(text[start.start():])
+    return blocks
+
+
+def _closes(line: str, fence: str) -> bool:
+    s = line.strip()
+    return len(s) >= len(fence) and set(s) == {fence[0]}
+
+
+def apply_edits(base: str, block: str) -> str:
+    """Apply SEARCH/REPLACE edits to the kernel text in order; ParseError when a SEARCH
+    part is not in the kernel."""
+    if len(EDIT_START.findall(block)) > MAX_EDITS:  # also keeps the regex below linear-ish
+        raise ParseError(f"more than {MAX_EDITS} edits in one block",
+                         hint="answer with the whole kernel instead")
+    text = base
+    for k, m in enumerate(EDIT.finditer(block), 1):
+        search, replace = m.group(1), m.group(2)
+        if search and search in text:
+            text = text.replace(search, replace, 1)
+            continue
+        lines = text.splitlines(keepends=True)
+        want = [s.strip() for s in search.splitlines()]
+        at = next((i for i in range(len(lines) - len(want) + 1)
+                   if want and [x.strip() for x in lines[i:i + len(want)]] == want), None)
+        if at is None:
+            first = next((w for w in want if w), "")
+            raise ParseError(f"edit {k}: its SEARCH lines are not in the kernel "
+                             f"(first: {first[:120]!r})",
+                             hint="copy them exactly from the kernel shown, or answer with "
+                                  "the whole kernel")
+        text = "".join(lines[:at]) + replace + "".join(lines[at + len(want):])
+    return text

@@ -1,0 +1,170 @@
+"""A loopback HTTP server that speaks the OpenAI chat-completions protocol and plays a
+script: the LLM tests talk to it through the real ``openai`` client, over real sockets.
+
+    with LLMServer([reply(FAST_KERNEL_TEXT), error(429, retry_after=1)]) as server:
+        ... base_url=server.url ...
+        server.requests[1]["body"]["messages"]   # what the second request carried
+
+Each POST to /v1/chat/completions takes the next step of the script (``default`` once
+the script is spent). A step is a dict made by ``reply``, ``error``, ``raw``, ``slow``
+or ``held``. Import it as ``from tests.llm_server import LLMServer`` with the repository
+root on sys.path.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+NO_CODE = "I have no better kernel to offer."
+
+
+def reply(*contents: str, prompt_tokens: int = 1000, completion_tokens: int = 200,
+          usage: bool = True) -> dict:
+    """A 200 answer with one choice per content."""
+    return {"kind": "reply", "contents": list(contents), "usage": usage,
+            "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
+
+
+def error(status: int, retry_after: float | None = None, message: str = "scripted error") -> dict:
+    """An HTTP error in OpenAI's error format, optionally with Retry-After (seconds)."""
+    headers = {} if retry_after is None else {"Retry-After": str(retry_after)}
+    body = json.dumps({"error": {"message": message, "type": "server_error", "code": None}})
+    return {"kind": "raw", "status": status, "body": body.encode(), "headers": headers}
+
+
+def raw(body: bytes | str, status: int = 200, content_type: str = "application/json") -> dict:
+    """Any body at all: broken JSON, HTML, a huge blob."""
+    data = body.encode() if isinstance(body, str) else body
+    return {"kind": "raw", "status": status, "body": data,
+            "headers": {"Content-Type": content_type}}
+
+
+def slow(seconds: float, then: dict | None = None) -> dict:
+    """Wait before answering (long enough to trip the client's timeout)."""
+    return {**(then or reply(NO_CODE)), "delay": seconds}
+
+
+def held(gate: threading.Event, then: dict | None = None) -> dict:
+    """Answer only once ``gate`` is set: a reply that is certainly not ready yet."""
+    return {**(then or reply(NO_CODE)), "gate": gate}
+
+
+class LLMServer:
+    def __init__(self, script: list[dict] | None = None, default: dict | None = None,
+                 model: str = "test-model") -> None:
+        self.script = list(script or [])
+        self.default = default or reply(NO_CODE)
+        self.model = model
+        self.requests: list[dict] = []
+        self.lock = threading.Lock()
+        self.httpd = _QuietServer(("127.0.0.1", 0), _handler(self))
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True,
+                                       name="llm-test-server")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def push(self, *steps: dict) -> None:
+        with self.lock:
+            self.script.extend(steps)
+
+    def next_step(self, body) -> dict:
+        with self.lock:
+            self.requests.append({"body": body, "time": time.time()})
+            return self.script.pop(0) if self.script else self.default
+
+    def messages(self, i: int) -> str:
+        """All the text of request i's messages, joined."""
+        body = self.requests[i]["body"]
+        return "\n".join(m["content"] for m in body["messages"])
+
+    def user_prompt(self, i: int) -> str:
+        """Request i's last (user) message."""
+        return self.requests[i]["body"]["messages"][-1]["content"]
+
+    def start(self) -> LLMServer:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def __enter__(self) -> LLMServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class _QuietServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        pass  # clients that time out and hang up are part of the tests
+
+
+def _completion(server: LLMServer, step: dict) -> bytes:
+    choices = [{"index": i, "finish_reason": "stop",
+                "message": {"role": "assistant", "content": c}}
+               for i, c in enumerate(step["contents"])]
+    body = {"id": f"chatcmpl-{len(server.requests)}", "object": "chat.completion",
+            "created": int(time.time()), "model": server.model, "choices": choices}
+    if step["usage"]:
+        p, c = step["prompt_tokens"], step["completion_tokens"]
+        body["usage"] = {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+    return json.dumps(body).encode()
+
+
+def _handler(server: LLMServer):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args) -> None:  # keep test output clean
+            pass
+
+        def do_GET(self) -> None:
+            if self.path.rstrip("/").endswith("/models"):
+                self._send(200, json.dumps({"object": "list", "data": [
+                    {"id": server.model, "object": "model", "owned_by": "test"}]}).encode())
+            else:
+                self._send(404, b'{"error": {"message": "not found"}}')
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            data = self.rfile.read(length)
+            try:
+                body = json.loads(data)
+            except json.JSONDecodeError:
+                body = data.decode(errors="replace")
+            if not self.path.rstrip("/").endswith("/chat/completions"):
+                self._send(404, b'{"error": {"message": "not found"}}')
+                return
+            step = server.next_step(body)
+            if "gate" in step:
+                step["gate"].wait(30)
+            if step.get("delay"):
+                time.sleep(step["delay"])
+            if step["kind"] == "reply":
+                self._send(200, _completion(server, step))
+            else:
+                self._send(step["status"], step["body"], step.get("headers"))
+
+        def _send(self, status: int, payload: bytes, headers: dict | None = None) -> None:
+            try:
+                self.send_response(status)
+                headers = {"Content-Type": "application/json", **(headers or {})}
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                for i in range(0, len(payload), 1 << 16):
+                    self.wfile.write(payload[i:i + (1 << 16)])
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (a timeout test): nothing to do
+
+    return Handler

@@ -1,0 +1,104 @@
+"""Whole runs with the llm proposer: optimize() and the CLI, with chains in worker
+processes, against the loopback chat-completions server."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from stochopt.cli import main  # noqa: E402
+from stochopt.search import optimize  # noqa: E402
+from stochopt.search.chain import ChainConfig  # noqa: E402
+from stochopt.search.rundir import read_events  # noqa: E402
+from tests.llm_server import NO_CODE, LLMServer, reply  # noqa: E402
+
+SPEC = str(ROOT / "specs" / "softmax.py")
+FAST = (ROOT / "docs" / "examples" / "softmax_fast.leir").read_text().replace(
+    "def kernel(", "def softmax(")
+WRONG = FAST.replace("store(e * r)", "store(e)")
+
+
+def block(text: str) -> str:
+    return f"```leir\n{text}```"
+
+
+def test_optimize_with_the_llm_alone_keeps_its_faster_kernel(tmp_path):
+    run_dir = tmp_path / "run"
+    with LLMServer([reply(block(FAST))]) as server:
+        result = optimize(SPEC, proposer="llm", chains=1, budget="60s", max_proposals=2,
+                          run_dir=str(run_dir), config=ChainConfig(full_examples=20),
+                          llm={"model": "gpt-4o", "base_url": server.url, "concurrency": 1,
+                               "api_key": "sk-do-not-store"})
+    assert result.best_cycles == 2206 and result.verified
+    assert "8_L1B,4_PE,32" in (run_dir / "best.leir").read_text()
+    events = read_events(run_dir / "events.jsonl")
+    assert {e["proposer"] for e in events} == {"llm"}
+    assert result.tokens == sum(e["tokens"] for e in events) == 2400
+    assert result.cost_usd == pytest.approx(2 * (1000 * 2.5 + 200 * 10.0) / 1e6)
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["arms"] == ["llm"] and run["llm"]["model"] == "gpt-4o"
+    assert "api_key" not in run["llm"]
+    assert not any("sk-do-not-store" in p.read_text()
+                   for p in run_dir.rglob("*") if p.is_file() and p.suffix != ".npz")
+    assert len(list((run_dir / "llm").glob("chain0-*.json"))) >= 2
+
+
+def test_max_cost_ends_a_mixed_run_cleanly(tmp_path):
+    run_dir = tmp_path / "run"
+    with LLMServer(default=reply(NO_CODE, prompt_tokens=10_000)) as server:
+        result = optimize(SPEC, proposer="mixed", chains=1, budget="60s", max_cost=0.01,
+                          run_dir=str(run_dir), config=ChainConfig(full_examples=20),
+                          llm={"model": "local", "base_url": server.url, "price_in": 2.0})
+    assert result.stopped_by == "max_cost"
+    assert result.cost_usd >= 0.01 and result.elapsed_s < 60
+    events = read_events(run_dir / "events.jsonl")
+    assert {"mutate", "rewrite", "llm"} >= {e["proposer"] for e in events} >= {"llm"}
+
+
+def test_cli_optimize_with_an_llm_end_to_end(tmp_path):
+    run_dir = tmp_path / "run"
+    with LLMServer([reply("Faster, I think.\n" + block(WRONG))]) as server:
+        done = subprocess.run(
+            [sys.executable, "-m", "stochopt", "optimize", SPEC, "--proposer", "llm",
+             "--base-url", server.url, "--model", "test-model", "--budget", "20s",
+             "--chains", "1", "--max-proposals", "2", "--llm-concurrency", "1",
+             "--run-dir", str(run_dir), "--quiet"],
+            capture_output=True, text=True, timeout=120, cwd=tmp_path,
+            env={**os.environ, "OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""})
+        assert server.requests[0]["body"]["model"] == "test-model"
+    assert done.returncode == 0, done.stderr
+    assert "LLM: test-model at http://127.0.0.1" in done.stderr
+    assert "no LLM configured" not in done.stderr
+    events = read_events(run_dir / "events.jsonl")
+    assert [e["proposer"] for e in events] == ["llm", "llm"]
+    assert events[0]["outcome"] == "wrong"
+    transcripts = sorted((run_dir / "llm").glob("chain0-*.json"))
+    assert transcripts and json.loads(transcripts[0].read_text())["replies"][0].startswith(
+        "Faster")
+    assert "wrong" in server.user_prompt(1)
+
+
+def test_mixed_says_it_runs_without_an_llm_only_when_no_model_is_given(tmp_path):
+    runner = CliRunner()
+    missing = str(tmp_path / "missing.py")  # fails right after the message: no search runs
+    without = runner.invoke(main, ["optimize", missing])
+    with_model = runner.invoke(main, ["optimize", missing, "--model", "m",
+                                      "--base-url", "http://127.0.0.1:9/v1"])
+    assert without.exit_code == with_model.exit_code == 2
+    assert "no LLM configured" in without.output
+    assert "no LLM configured" not in with_model.output
+    assert "LLM: m at http://127.0.0.1:9/v1" in with_model.output
+
+
+def test_proposer_llm_without_a_model_is_an_error_that_says_what_to_pass():
+    result = CliRunner().invoke(main, ["optimize", SPEC, "--proposer", "llm"])
+    assert result.exit_code == 2
+    assert "--proposer llm needs a model" in result.output and "--model" in result.output
