@@ -266,7 +266,9 @@ def _find11(k):
     out = []
     for i, n in enumerate(k.nodes):
         outer = _scale_of(n)
-        if outer and _scale_of(k.nodes[outer[0]]):
+        inner = outer and _scale_of(k.nodes[outer[0]])
+        # a folded literal must stay a number LEIR can write back (|c| <= 1e300)
+        if inner and 0 < abs(outer[1] * inner[1]) <= 1e300:
             out.append(i)
     return out
 
