@@ -1,9 +1,10 @@
 """Rewrite rules that keep meaning: the classical compiler inside the search loop.
 
-Each rule is one entry: a name, its algebra, ``find(kernel)`` listing the places it
-applies, and ``apply(kernel, place, machine)`` returning the rewritten kernel (or raising
-ConstraintError when the result would be ill-formed). docs/search.md lists them all;
-tests/search prove each keeps meaning through the verifier.
+Each rule is one entry of RULES (at the end): a name, its algebra, ``_where_<name>(k)``
+listing the places it applies, and ``<name>(kernel, place, machine)`` returning the
+rewritten kernel (or raising ConstraintError when the result would be ill-formed).
+docs/search.md lists them all; tests/search prove each keeps meaning through the
+verifier.
 """
 
 from __future__ import annotations
@@ -31,18 +32,6 @@ class Rule:
     apply: Callable[[Kernel, object, object], Kernel]
 
 
-RULES: list[Rule] = []
-
-
-def rule(name: str, algebra: str):
-    def register(find):
-        def wrap(apply):
-            RULES.append(Rule(name, algebra, find, apply))
-            return apply
-        return wrap
-    return register
-
-
 def _with(n: Node, **changes) -> Node:
     if "attrs" in changes and isinstance(changes["attrs"], dict):
         changes["attrs"] = tuple(changes["attrs"].items())
@@ -60,17 +49,11 @@ def _add_before(kernel: Kernel, nodes: list[Node], position: int, node: Node):
 
 # -- movement ----------------------------------------------------------------------
 
-def _find_relayout_of_load(k: Kernel) -> list:
+def _where_fold_relayout_into_load(k: Kernel) -> list:
     return [i for i, n in enumerate(k.nodes)
             if n.op == "relayout" and k.nodes[n.args[0]].op == "load"]
 
 
-@rule("fold_relayout_into_load", "relayout(load(x, A), B) -> load(x, B)")
-def _find1(k):
-    return _find_relayout_of_load(k)
-
-
-@_find1
 def fold_relayout_into_load(k: Kernel, i: int, machine) -> Kernel:
     nodes = list(k.nodes)
     load = nodes[nodes[i].args[0]]
@@ -78,13 +61,11 @@ def fold_relayout_into_load(k: Kernel, i: int, machine) -> Kernel:
     return rebuild(k, nodes, k.output, machine)
 
 
-@rule("drop_noop_relayout", "relayout(x, layout_of(x)) -> x")
-def _find2(k):
+def _where_drop_noop_relayout(k: Kernel) -> list:
     return [i for i, n in enumerate(k.nodes) if n.op == "relayout"
             and k.nodes[n.args[0]].type.layout == n.attr("layout")]
 
 
-@_find2
 def drop_noop_relayout(k: Kernel, i: int, machine) -> Kernel:
     return rebuild(k, replace_uses(list(k.nodes), i, k.nodes[i].args[0]), k.output, machine)
 
@@ -93,14 +74,11 @@ _UNARY = ("cast", "exp", "neg", "abs", "tanh", "sqrt", "reciprocal", "rsqrt", "l
 _MOVES = ("relayout", "transpose", "reshape")
 
 
-@rule("hoist_movement", "m(f(x)) -> f(m(x)) for m in relayout, transpose, reshape and unary "
-      "elementwise f: move the narrower dtype, and let casts meet the matmul")
-def _find3(k):
+def _where_hoist_movement(k: Kernel) -> list:
     return [i for i, n in enumerate(k.nodes) if n.op in _MOVES
             and k.nodes[n.args[0]].op in _UNARY]
 
 
-@_find3
 def hoist_movement(k: Kernel, i: int, machine) -> Kernel:
     nodes = list(k.nodes)
     f = nodes[nodes[i].args[0]]
@@ -110,8 +88,7 @@ def hoist_movement(k: Kernel, i: int, machine) -> Kernel:
     return rebuild(k, nodes, out, machine)
 
 
-@rule("reuse_loaded_tensor", "two identical ops (a tensor loaded twice) -> one")
-def _find4(k):
+def _where_reuse_loaded_tensor(k: Kernel) -> list:
     seen, out = {}, []
     for i, n in enumerate(k.nodes):
         key = (n.op, n.args, n.attrs)
@@ -121,15 +98,12 @@ def _find4(k):
     return out
 
 
-@_find4
 def reuse_loaded_tensor(k: Kernel, i: int, machine) -> Kernel:
     nodes, out = common_subexpressions(list(k.nodes), k.output)
     return rebuild(k, nodes, out, machine)
 
 
-@rule("relayout_instead_of_reload", "load(x, B) after load(x, A) -> relayout(load(x, A), B): "
-      "DRAM is read once, the second copy moves on chip")
-def _find5(k):
+def _where_relayout_instead_of_reload(k: Kernel) -> list:
     first: dict[int, int] = {}
     out = []
     for i, n in enumerate(k.nodes):
@@ -141,7 +115,6 @@ def _find5(k):
     return out
 
 
-@_find5
 def relayout_instead_of_reload(k: Kernel, site, machine) -> Kernel:
     a, b = site
     nodes = list(k.nodes)
@@ -154,8 +127,7 @@ def relayout_instead_of_reload(k: Kernel, site, machine) -> Kernel:
 _PRECISION = {"bool": 0, "bf16": 1, "i32": 2, "f32": 3}
 
 
-@rule("drop_widening_cast_pair", "cast(cast(x, wider), dtype_of(x)) -> x (exact)")
-def _find6(k):
+def _where_drop_widening_cast_pair(k: Kernel) -> list:
     out = []
     for i, n in enumerate(k.nodes):
         if n.op == "cast" and k.nodes[n.args[0]].op == "cast":
@@ -167,15 +139,12 @@ def _find6(k):
     return out
 
 
-@_find6
 def drop_widening_cast_pair(k: Kernel, i: int, machine) -> Kernel:
     x = k.nodes[k.nodes[i].args[0]].args[0]
     return rebuild(k, replace_uses(list(k.nodes), i, x), k.output, machine)
 
 
-@rule("bf16_matmul_operands", "matmul(cast(a16, f32), cast(b16, f32)) -> matmul(a16, b16): "
-      "bf16 products are exact in f32, the MAU runs 8x faster")
-def _find7(k):
+def _where_bf16_matmul_operands(k: Kernel) -> list:
     out = []
     for i, n in enumerate(k.nodes):
         if n.op == "matmul":
@@ -185,7 +154,6 @@ def _find7(k):
     return out
 
 
-@_find7
 def bf16_matmul_operands(k: Kernel, i: int, machine) -> Kernel:
     nodes = list(k.nodes)
     n = nodes[i]
@@ -193,14 +161,11 @@ def bf16_matmul_operands(k: Kernel, i: int, machine) -> Kernel:
     return rebuild(k, nodes, k.output, machine)
 
 
-@rule("round_matmul_operands_to_bf16", "matmul(a32, b32) -> matmul(cast(a32, bf16), "
-      "cast(b32, bf16)): lossy; the precision check decides")
-def _find8(k):
+def _where_round_matmul_operands_to_bf16(k: Kernel) -> list:
     return [i for i, n in enumerate(k.nodes) if n.op == "matmul" and n.type.dtype == "f32"
             and k.nodes[n.args[0]].type.dtype == "f32"]
 
 
-@_find8
 def round_matmul_operands_to_bf16(k: Kernel, i: int, machine) -> Kernel:
     nodes = list(k.nodes)
     for side in (0, 1):
@@ -216,14 +181,12 @@ def round_matmul_operands_to_bf16(k: Kernel, i: int, machine) -> Kernel:
 
 # -- arithmetic -------------------------------------------------------------------
 
-@rule("multiply_by_reciprocal", "x / y -> x * reciprocal(y) when y is broadcast (smaller)")
-def _find9(k):
+def _where_multiply_by_reciprocal(k: Kernel) -> list:
     return [i for i, n in enumerate(k.nodes) if n.op == "div"
             and all(isinstance(a, int) for a in n.args)
             and k.nodes[n.args[1]].type.numel < n.type.numel]
 
 
-@_find9
 def multiply_by_reciprocal(k: Kernel, i: int, machine) -> Kernel:
     nodes = list(k.nodes)
     x, y = nodes[i].args
@@ -233,13 +196,11 @@ def multiply_by_reciprocal(k: Kernel, i: int, machine) -> Kernel:
     return rebuild(k, nodes, out, machine)
 
 
-@rule("divide_by_constant_as_multiply", "x / c -> x * (1/c)")
-def _find10(k):
+def _where_divide_by_constant_as_multiply(k: Kernel) -> list:
     return [i for i, n in enumerate(k.nodes) if n.op == "div" and isinstance(n.args[1], Const)
             and n.args[1].value not in (0, 0.0)]
 
 
-@_find10
 def divide_by_constant_as_multiply(k: Kernel, i: int, machine) -> Kernel:
     nodes = list(k.nodes)
     x, c = nodes[i].args
@@ -261,8 +222,7 @@ def _scale_of(n: Node) -> tuple[int, float] | None:
     return None
 
 
-@rule("fold_scales", "(x * c1) * c2 -> x * (c1*c2)")
-def _find11(k):
+def _where_fold_scales(k: Kernel) -> list:
     out = []
     for i, n in enumerate(k.nodes):
         outer = _scale_of(n)
@@ -273,7 +233,6 @@ def _find11(k):
     return out
 
 
-@_find11
 def fold_scales(k: Kernel, i: int, machine) -> Kernel:
     nodes = list(k.nodes)
     inner_idx, c2 = _scale_of(nodes[i])
@@ -282,8 +241,7 @@ def fold_scales(k: Kernel, i: int, machine) -> Kernel:
     return rebuild(k, nodes, k.output, machine)
 
 
-@rule("scale_before_matmul", "(a @ b) * c -> (a * c) @ b: scale the smaller operand")
-def _find12(k):
+def _where_scale_before_matmul(k: Kernel) -> list:
     out = []
     for i, n in enumerate(k.nodes):
         s = _scale_of(n)
@@ -292,7 +250,6 @@ def _find12(k):
     return out
 
 
-@_find12
 def scale_before_matmul(k: Kernel, i: int, machine) -> Kernel:
     nodes = list(k.nodes)
     mm_idx, c = _scale_of(nodes[i])
@@ -308,9 +265,7 @@ def scale_before_matmul(k: Kernel, i: int, machine) -> Kernel:
     return rebuild(k, nodes, out, machine)
 
 
-@rule("reassociate_broadcasts", "(x + b1) + b2 -> x + (b1 + b2) (also *): combine the two "
-      "small operands first")
-def _find13(k):
+def _where_reassociate_broadcasts(k: Kernel) -> list:
     out = []
     for i, n in enumerate(k.nodes):
         if n.op in ("add", "mul") and isinstance(n.args[0], int) and isinstance(n.args[1], int):
@@ -322,7 +277,6 @@ def _find13(k):
     return out
 
 
-@_find13
 def reassociate_broadcasts(k: Kernel, i: int, machine) -> Kernel:
     nodes = list(k.nodes)
     inner = nodes[nodes[i].args[0]]
@@ -371,13 +325,10 @@ def _spread_layout(lay: Layout, ref_axis: tuple, neg_axis: int, j: int, level: s
     return make_layout(lay.shape, axes, lay.replicated)
 
 
-@rule("spread_over_more_of_the_tree", "split a local factor n of an axis into d_LEVEL x n/d "
-      "in every layout that lays the axis out alike (replicate where it is broadcast)")
-def _find14(k):
+def _where_spread_over_more_of_the_tree(k: Kernel) -> list:
     return _spread_sites(k)
 
 
-@_find14
 def spread_over_more_of_the_tree(k: Kernel, site, machine, rng=None) -> Kernel:
     i, neg_axis, j, level = site
     lay: Layout = k.nodes[i].attr("layout")
@@ -396,6 +347,45 @@ def spread_over_more_of_the_tree(k: Kernel, site, machine, rng=None) -> Kernel:
                 attrs["layout"] = new
                 nodes[t] = _with(n, attrs=attrs)
     return rebuild(k, nodes, k.output, machine)
+
+
+# The rules, in the order docs/search.md lists them: name, algebra, where, how.
+RULES: list[Rule] = [
+    Rule("fold_relayout_into_load", "relayout(load(x, A), B) -> load(x, B)",
+         _where_fold_relayout_into_load, fold_relayout_into_load),
+    Rule("drop_noop_relayout", "relayout(x, layout_of(x)) -> x",
+         _where_drop_noop_relayout, drop_noop_relayout),
+    Rule("hoist_movement", "m(f(x)) -> f(m(x)) for m in relayout, transpose, reshape and unary "
+      "elementwise f: move the narrower dtype, and let casts meet the matmul",
+         _where_hoist_movement, hoist_movement),
+    Rule("reuse_loaded_tensor", "two identical ops (a tensor loaded twice) -> one",
+         _where_reuse_loaded_tensor, reuse_loaded_tensor),
+    Rule("relayout_instead_of_reload", "load(x, B) after load(x, A) -> relayout(load(x, A), B): "
+      "DRAM is read once, the second copy moves on chip",
+         _where_relayout_instead_of_reload, relayout_instead_of_reload),
+    Rule("drop_widening_cast_pair", "cast(cast(x, wider), dtype_of(x)) -> x (exact)",
+         _where_drop_widening_cast_pair, drop_widening_cast_pair),
+    Rule("bf16_matmul_operands", "matmul(cast(a16, f32), cast(b16, f32)) -> matmul(a16, b16): "
+      "bf16 products are exact in f32, the MAU runs 8x faster",
+         _where_bf16_matmul_operands, bf16_matmul_operands),
+    Rule("round_matmul_operands_to_bf16", "matmul(a32, b32) -> matmul(cast(a32, bf16), "
+      "cast(b32, bf16)): lossy; the precision check decides",
+         _where_round_matmul_operands_to_bf16, round_matmul_operands_to_bf16),
+    Rule("multiply_by_reciprocal", "x / y -> x * reciprocal(y) when y is broadcast (smaller)",
+         _where_multiply_by_reciprocal, multiply_by_reciprocal),
+    Rule("divide_by_constant_as_multiply", "x / c -> x * (1/c)",
+         _where_divide_by_constant_as_multiply, divide_by_constant_as_multiply),
+    Rule("fold_scales", "(x * c1) * c2 -> x * (c1*c2)",
+         _where_fold_scales, fold_scales),
+    Rule("scale_before_matmul", "(a @ b) * c -> (a * c) @ b: scale the smaller operand",
+         _where_scale_before_matmul, scale_before_matmul),
+    Rule("reassociate_broadcasts", "(x + b1) + b2 -> x + (b1 + b2) (also *): combine the two "
+      "small operands first",
+         _where_reassociate_broadcasts, reassociate_broadcasts),
+    Rule("spread_over_more_of_the_tree", "split a local factor n of an axis into d_LEVEL x n/d "
+      "in every layout that lays the axis out alike (replicate where it is broadcast)",
+         _where_spread_over_more_of_the_tree, spread_over_more_of_the_tree),
+]
 
 
 def rule_by_name(name: str) -> Rule:
