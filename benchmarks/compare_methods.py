@@ -98,8 +98,8 @@ def median_spread(values):
 
 
 def table(results: dict, seeds: int, budget: str) -> str:
-    lines = [f"| spec | method | best cycles (median, min-max) | speedup | roofline share "
-             f"| candidates/s | t90 (s) |", "|---|---|---|---|---|---|---|"]
+    lines = ["| spec | method | best cycles (median, min-max) | speedup | roofline share "
+             "| candidates/s | t90 (s) |", "|---|---|---|---|---|---|---|"]
     for spec, methods in results.items():
         for method in METHODS:
             runs = [r for r in methods.get(method, []) if "error" not in r]

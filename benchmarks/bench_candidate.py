@@ -1,0 +1,86 @@
+"""What one candidate costs after parse + check + cost: screening, the full check, and the
+chain's whole step; and how many candidates a mutate chain gets through per second.
+
+    python benchmarks/bench_candidate.py                 # softmax and mla_decode
+    python benchmarks/bench_candidate.py --profile       # where a chain step's time goes
+
+Medians and spreads over repetitions (time.perf_counter). No assertions: these are
+measurements, the test suite never times anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import statistics
+import time
+from pathlib import Path
+
+from bench_inner_loop import timings
+
+from stochopt.backend.cost import cost
+from stochopt.backend.machine import MNCORE2
+from stochopt.lower import lower
+from stochopt.search.chain import Chain, ChainConfig
+from stochopt.spec import load_spec
+from stochopt.verify import ScreeningSet, check
+
+SPECS = Path(__file__).resolve().parents[1] / "specs"
+
+
+def spread(samples: list[float], unit: float = 1e3, name: str = "ms") -> str:
+    q = statistics.quantiles(samples, n=10) if len(samples) > 1 else samples * 9
+    return (f"median {statistics.median(samples) * unit:8.2f} {name}  "
+            f"p10 {q[0] * unit:8.2f}  p90 {q[-1] * unit:8.2f}")
+
+
+def timed(fn, repeat: int) -> list[float]:
+    return timings(fn, repeat, warmup=1)
+
+
+def chain_rate(spec, baseline, seconds: float, arms: list[str], seed: int) -> float:
+    chain = Chain(0, spec, baseline, cost(baseline, MNCORE2).cycles, baseline, MNCORE2,
+                  arms, seed, ChainConfig())
+    end = time.perf_counter() + seconds
+    n = 0
+    while time.perf_counter() < end:
+        chain.step()
+        n += 1
+    return n / seconds
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--specs", default="softmax,mla_decode")
+    ap.add_argument("--repeat", type=int, default=30)
+    ap.add_argument("--seconds", type=float, default=10.0, help="per chain-rate sample")
+    ap.add_argument("--profile", action="store_true")
+    args = ap.parse_args()
+    for name in args.specs.split(","):
+        spec = load_spec(SPECS / f"{name}.py")
+        baseline = lower(spec)
+        screening = ScreeningSet(spec, baseline, MNCORE2)
+        print(f"== {name} ({len(baseline.nodes)} ops)")
+        print(f"  screen ({len(screening)} inputs)    "
+              f"{spread(timed(lambda s=screening, k=baseline: s.error(k), args.repeat))}")
+        full = timed(lambda s=spec, k=baseline: check(k, s, examples=200, baseline=k), 3)
+        print(f"  full check (200 examples) {spread(full, 1, 's')}")
+        if args.profile:
+            chain = Chain(0, spec, baseline, cost(baseline).cycles, baseline, MNCORE2,
+                          ["mutate"], 1, ChainConfig())
+            prof = cProfile.Profile()
+            prof.enable()
+            end = time.perf_counter() + args.seconds
+            while time.perf_counter() < end:
+                chain.step()
+            prof.disable()
+            pstats.Stats(prof).sort_stats("cumulative").print_stats(18)
+        rates = [chain_rate(spec, baseline, args.seconds, ["mutate"], s) for s in range(3)]
+        print(f"  mutate chain              median {statistics.median(rates):8.0f} "
+              f"candidates/s  min {min(rates):.0f}  max {max(rates):.0f} (3 seeds, "
+              f"{args.seconds:.0f} s each, full checks included)")
+
+
+if __name__ == "__main__":
+    main()
