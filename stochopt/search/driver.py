@@ -52,6 +52,8 @@ def worker(job: Job, outbox, inbox, stop) -> None:
     """Run one chain until told to stop; report events, bests and state to the parent."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     parent = os.getppid()
+    from threadpoolctl import threadpool_limits
+    threadpool_limits(1)  # numpy may have been imported before stochopt set its default
     try:
         _work(job, outbox, inbox, stop, parent)
     except BaseException as e:  # a dying worker must say why, never hang the run
