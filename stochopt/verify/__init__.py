@@ -1,7 +1,13 @@
 """Verification: equivalence of a kernel and its spec by property-based testing."""
 
-from stochopt.verify.check import (Counterexample, Verdict, certificate, check,
-                                   check_signature, reference_output)
+from stochopt.verify.check import (
+                                   Counterexample,
+                                   Verdict,
+                                   certificate,
+                                   check,
+                                   check_signature,
+                                   reference_output,
+)
 from stochopt.verify.degenerate import degenerate_warnings
 from stochopt.verify.screening import ScreeningSet
 

@@ -30,10 +30,26 @@ class Recipe:
     fraction: float = 0.5
 
 
+FRACTIONS = (0.5, 0.1, 0.9, 0.25)
+
+
+def _bits(n: int) -> st.SearchStrategy[int]:
+    """An n-bit integer drawn as n booleans, shrinking towards 0. Not st.integers(): since
+    6.131 hypothesis mixes literals from the source of every loaded module into integer
+    (and float, bytes, string) draws, so the inputs tried for one seed would depend on
+    what else the process had imported; boolean draws take no such constants."""
+    return st.tuples(*[st.booleans()] * n).map(
+        lambda bits: sum(int(b) << i for i, b in enumerate(bits)))
+
+
+def _one_of(options: tuple) -> st.SearchStrategy:
+    """One of the options, shrinking towards the first (as st.sampled_from, see _bits)."""
+    return _bits(8).map(lambda i: options[i % len(options)])
+
+
 def tensor_recipes(t: TensorSpec) -> st.SearchStrategy[Recipe]:
     patterns = BOOL_PATTERNS if t.dtype == "bool" else FLOAT_PATTERNS
-    return st.builds(Recipe, st.sampled_from(patterns), st.integers(0, 2**32 - 1),
-                     st.sampled_from((0.5, 0.1, 0.9, 0.25)))
+    return st.builds(Recipe, _one_of(patterns), _bits(32), _one_of(FRACTIONS))
 
 
 def input_recipes(spec: Spec) -> st.SearchStrategy[dict[str, Recipe]]:
@@ -45,8 +61,10 @@ def structured_recipes(spec: Spec) -> list[dict[str, Recipe]]:
     """The cases every check runs first, whatever hypothesis draws after them."""
     out = []
     for i, (fp, bp) in enumerate(zip(FLOAT_PATTERNS, BOOL_PATTERNS * 2, strict=False)):
-        out.append({n: Recipe(bp if t.dtype == "bool" else fp, 1000 + i)
-                    for n, t in spec.inputs.items()})
+        # a seed per input: two inputs of one shape and range (k and v, cos and sin) must
+        # differ, or a kernel that swaps them passes every structured case
+        out.append({n: Recipe(bp if t.dtype == "bool" else fp, 1000 + i + 100 * j)
+                    for j, (n, t) in enumerate(spec.inputs.items())})
     return out
 
 
@@ -131,6 +149,28 @@ def _representable(x: np.ndarray, dtype: str, lo: float, hi: float) -> np.ndarra
         y = np.where(too_low, np.nextafter(inside.astype(native), native.type(np.inf)), y)
         y = y.astype(native)
     return y
+
+
+NEARBY = 2.0**-16  # how far nearby_inputs moves an element, relative to its value
+
+
+def nearby_inputs(spec: Spec, inputs: dict[str, np.ndarray], seed: int,
+                  spread: float = NEARBY) -> dict[str, np.ndarray]:
+    """The same inputs with every float element moved at random by up to `spread` of its
+    value (f32: 128 ulps), or by up to 2 ulps where its dtype is coarser (bf16), kept
+    inside [low, high]; int and bool inputs unchanged."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, x in inputs.items():
+        t = spec.inputs[name]
+        if t.dtype not in ("f32", "bf16"):
+            out[name] = x
+            continue
+        unit = 2.0**-23 if t.dtype == "f32" else 2.0**-7
+        x64 = np.asarray(x, np.float64)
+        moved = x64 * (1.0 + max(spread, 2 * unit) * rng.uniform(-1, 1, x64.shape))
+        out[name] = _representable(moved, t.dtype, *t.bounds)
+    return out
 
 
 def random_spec_inputs(spec: Spec, seed: int) -> dict[str, np.ndarray]:

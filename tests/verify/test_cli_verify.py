@@ -1,0 +1,114 @@
+"""`stochopt verify` as a user runs it: exit 0 equivalent, 1 counterexample (saved, and
+replayed by --inputs to the same failure), 2 invalid kernel, spec or arguments."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from stochopt.cli import main
+
+WRONG = "tests/verify/corpus/wrong/rotary__second_half_off_by_one.leir"
+PRECISION_WRONG = "tests/verify/corpus/wrong/matmul__bf16_result.leir"
+FAST = "docs/examples/softmax_fast.leir"
+
+
+@pytest.fixture(autouse=True)
+def _from_the_repository(repo, monkeypatch):
+    # kernels name their spec relative to the repository root
+    monkeypatch.chdir(repo)
+
+
+def _run(*args):
+    return CliRunner().invoke(main, ["verify", *map(str, args)])
+
+
+def _json(result) -> dict:
+    return json.loads(result.stdout)
+
+
+def test_an_equivalent_kernel_exits_0_with_a_certificate():
+    result = _run(FAST, "--examples", 20, "--json")
+    assert result.exit_code == 0, result.output
+    facts = _json(result)
+    assert facts["equivalent"] is True and facts["examples"] == 20
+    assert facts["certificate"]["spec"] == "softmax" and facts["warnings"] == []
+
+
+def test_an_equivalent_kernel_prints_equivalent():
+    result = _run(FAST, "--examples", 12)
+    assert result.exit_code == 0 and "EQUIVALENT" in result.stdout
+
+
+def test_a_wrong_kernel_exits_1_and_saves_a_counterexample(tmp_path):
+    npz = tmp_path / "cex.npz"
+    result = _run(WRONG, "--examples", 20, "--counterexample", npz)
+    assert result.exit_code == 1, result.output
+    text = " ".join(result.stdout.split())
+    assert "NOT EQUIVALENT" in text and "semantics check failed at index" in text
+    assert "expected" in text and "got" in text and f"--inputs {npz}" in text
+    with np.load(npz) as saved:
+        assert set(saved.files) == {"x", "cos", "sin"}
+
+
+@pytest.mark.parametrize("kernel", [WRONG, PRECISION_WRONG])
+def test_inputs_replays_a_saved_counterexample_to_the_same_failure(kernel, tmp_path):
+    npz = tmp_path / "cex.npz"
+    first = _run(kernel, "--examples", 20, "--counterexample", npz, "--json")
+    assert first.exit_code == 1
+    replay = _run(kernel, "--inputs", npz, "--json")
+    assert replay.exit_code == 1, replay.output
+    a, b = _json(first)["counterexample"], _json(replay)["counterexample"]
+    for key in ("check", "index", "expected", "got"):
+        assert a[key] == b[key], key
+    assert _json(replay)["examples"] == 1
+
+
+def test_inputs_that_pass_exit_0(tmp_path):
+    npz = tmp_path / "cex.npz"
+    assert _run(WRONG, "--examples", 20, "--counterexample", npz).exit_code == 1
+    fixed = _kernel(tmp_path, Path(WRONG).read_text().replace("63:127", "64:128"))
+    assert _run(fixed, "--inputs", npz).exit_code == 0
+
+
+def _kernel(tmp_path, text: str):
+    path = tmp_path / "k.leir"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--spec", "specs/rmsnorm.py"], "takes"),            # the wrong spec for the kernel
+    (["--spec", "specs/no_such_spec.py"], "does not exist"),
+    (["--examples", "0"], "examples"),
+    (["--examples", "-3"], "examples"),
+    (["--examples", "many"], "examples"),
+    (["--inputs", "no_such_file.npz"], "no_such_file.npz"),
+])
+def test_invalid_arguments_exit_2(args, message):
+    result = _run(FAST, *args)
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split())
+
+
+def test_a_kernel_that_does_not_parse_exits_2(tmp_path):
+    path = _kernel(tmp_path, "# spec: specs/softmax.py\nimport os\n")
+    result = _run(path)
+    assert result.exit_code == 2 and "line 2" in result.output
+
+
+def test_a_kernel_without_a_spec_exits_2(tmp_path):
+    text = Path(FAST).read_text().replace("# spec: specs/softmax.py\n", "")
+    result = _run(_kernel(tmp_path, text))
+    assert result.exit_code == 2 and "names no spec" in result.output
+
+
+def test_inputs_of_the_wrong_shape_exit_2(tmp_path):
+    npz = tmp_path / "bad.npz"
+    np.savez(npz, x=np.zeros((4, 4), np.float32))
+    result = _run(FAST, "--inputs", npz)
+    assert result.exit_code == 2 and "shape" in result.output

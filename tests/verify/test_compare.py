@@ -1,0 +1,134 @@
+"""The definitions of docs/verification.md, pinned on small arrays: the semantic
+tolerance, the default tolerances, twice the baseline above a floor, the ill-conditioned
+rule, the non-finite rule."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stochopt.verify.compare import (
+    DEFAULT_TOL,
+    FLOOR_ULPS,
+    SEMANTIC_TOL,
+    ULP,
+    precision_check,
+    semantic_error,
+)
+
+REF = np.array([[1.0, -2.0, 0.5, 4.0]])  # output scale 4
+
+
+def _off(ref, where, by):
+    out = ref.copy()
+    out[where] += by
+    return out
+
+
+def test_the_documented_constants():
+    assert SEMANTIC_TOL == 1e-9
+    assert DEFAULT_TOL["f32"] == (1e-4, 1e-5) and DEFAULT_TOL["bf16"] == (2e-2, 4e-3)
+    assert FLOOR_ULPS == 16 and ULP["f32"] == 2.0**-23 and ULP["bf16"] == 2.0**-7
+
+
+def test_semantics_allows_1e_9_of_the_output_scale():
+    assert semantic_error(_off(REF, (0, 2), 0.9e-9 * 4), REF)[1] is None
+    err, bad = semantic_error(_off(REF, (0, 2), 1.1e-9 * 4), REF)
+    assert bad.check == "semantics" and bad.index == (0, 2) and err == pytest.approx(1.1)
+
+
+def test_semantics_never_takes_the_scale_below_the_typical_one():
+    tiny = REF * 1e-6
+    got = _off(tiny, (0, 0), 1e-12)
+    assert semantic_error(got, tiny)[1] is not None
+    assert semantic_error(got, tiny, typical_scale=4.0)[1] is None
+
+
+def test_precision_default_tolerance_is_rtol_plus_atol_of_scale():
+    # f32: 1e-4 |ref| + 1e-5 * scale at element 0 (ref 1, scale 4) = 1.4e-4
+    assert precision_check(_off(REF, (0, 0), 1.3e-4), REF, "f32", None, None, None)[1] is None
+    ratio, bad = precision_check(_off(REF, (0, 0), 1.5e-4), REF, "f32", None, None, None)
+    assert bad.check == "precision" and ratio == pytest.approx(1.5 / 1.4)
+
+
+def test_precision_spec_tolerance_replaces_the_default_and_the_baseline():
+    got = _off(REF, (0, 0), 0.05)
+    exact_baseline = REF.copy()
+    assert precision_check(got, REF, "f32", 0.1, None, exact_baseline)[1] is None
+    assert precision_check(got, REF, "f32", None, 0.01, exact_baseline)[1] is not None
+
+
+def test_precision_no_worse_than_twice_the_baseline():
+    baseline = _off(REF, (0, 3), 2e-5)           # 2e-5 / (4e-4 + 4e-5) of the tolerance
+    ok = _off(REF, (0, 3), 3.9e-5)
+    worse = _off(REF, (0, 3), 4.1e-5)
+    assert precision_check(ok, REF, "f32", None, None, baseline)[1] is None
+    bad = precision_check(worse, REF, "f32", None, None, baseline)[1]
+    assert bad is not None and "twice the baseline" in bad.detail
+
+
+def test_precision_floor_is_a_few_ulps_of_the_scale():
+    floor = FLOOR_ULPS * ULP["f32"] * 4.0        # absolute, at every element
+    exact_baseline = REF.copy()
+    assert precision_check(_off(REF, (0, 2), 0.9 * floor), REF, "f32", None, None,
+                           exact_baseline)[1] is None
+    assert precision_check(_off(REF, (0, 2), 1.1 * floor), REF, "f32", None, None,
+                           exact_baseline)[1] is not None
+
+
+def test_precision_never_more_than_the_tolerance_whatever_the_baseline():
+    baseline = _off(REF, (0, 0), 1.0e-4)          # 0.71 of the tolerance
+    got = _off(REF, (0, 0), 1.5e-4)               # 1.07 of it: within 2x, past tolerance
+    assert precision_check(got, REF, "f32", None, None, baseline)[1] is not None
+
+
+def test_precision_where_the_baseline_misses_the_tolerance_twice_its_error_is_the_limit():
+    baseline = _off(REF, (0, 0), 1e-3)            # 7.1x the tolerance: ill-conditioned
+    assert precision_check(_off(REF, (0, 0), 1.9e-3), REF, "f32", None, None,
+                           baseline)[1] is None
+    bad = precision_check(_off(REF, (0, 0), 2.1e-3), REF, "f32", None, None, baseline)[1]
+    assert bad is not None and "past the tolerance on this input" in bad.detail
+    # the baseline passes itself on such an input
+    assert precision_check(baseline, REF, "f32", None, None, baseline)[1] is None
+
+
+def test_precision_baseline_error_measured_nearby_raises_the_yardstick():
+    exact_baseline = REF.copy()
+    got = _off(REF, (0, 0), 1e-5)                 # 0.07 of the tolerance
+    assert precision_check(got, REF, "f32", None, None, exact_baseline)[1] is not None
+    assert precision_check(got, REF, "f32", None, None, exact_baseline,
+                           baseline_error=0.05)[1] is None
+
+
+@pytest.mark.parametrize("got_value, ref_value", [
+    (np.nan, 1.0), (np.inf, 1.0), (1.0, np.inf), (-np.inf, np.inf), (1.0, np.nan),
+])
+def test_non_finite_values_must_match_exactly(got_value, ref_value):
+    ref = _off(REF, (0, 1), 0.0)
+    ref[0, 1] = ref_value
+    got = ref.copy()
+    got[0, 1] = got_value
+    sem, bad = semantic_error(got, ref)
+    assert bad.check == "semantics" and bad.index == (0, 1) and sem == np.inf
+    prec, bad = precision_check(got, ref, "f32", None, None, None)
+    assert bad.check == "non-finite" and bad.index == (0, 1)
+
+
+def test_matching_infinities_and_nans_pass():
+    ref = np.array([-np.inf, 1.0, np.nan, np.inf])
+    assert semantic_error(ref.copy(), ref)[1] is None
+    assert precision_check(ref.copy(), ref, "f32", None, None, ref.copy())[1] is None
+
+
+def test_a_baseline_that_is_not_finite_leaves_the_tolerance_to_decide():
+    baseline = _off(REF, (0, 0), np.nan)
+    assert precision_check(_off(REF, (0, 0), 1e-4), REF, "f32", None, None,
+                           baseline)[1] is None
+    assert precision_check(_off(REF, (0, 0), 1e-3), REF, "f32", None, None,
+                           baseline)[1] is not None
+
+
+def test_bf16_outputs_get_the_bf16_default():
+    # 2e-2 |ref| + 4e-3 * scale = 0.036 at element 0
+    assert precision_check(_off(REF, (0, 0), 0.03), REF, "bf16", None, None, REF)[1] is None
+    assert precision_check(_off(REF, (0, 0), 0.04), REF, "bf16", None, None, REF)[1] is not None
