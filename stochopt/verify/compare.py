@@ -63,6 +63,11 @@ def nonfinite_mismatch(got: np.ndarray, ref: np.ndarray) -> Mismatch | None:
                     float("inf"), f"{int(bad.sum())} elements differ in nan/inf")
 
 
+def semantic_limit(ref: np.ndarray, typical_scale: float = 0.0) -> float:
+    """The largest |exact - reference| the semantic check lets through."""
+    return SEMANTIC_TOL * max(output_scale(np.asarray(ref, np.float64)), typical_scale)
+
+
 def semantic_error(got: np.ndarray, ref: np.ndarray, typical_scale: float = 0.0
                    ) -> tuple[float, Mismatch | None]:
     """Largest |exact - reference| over the output's scale, in units of SEMANTIC_TOL.
@@ -78,8 +83,7 @@ def semantic_error(got: np.ndarray, ref: np.ndarray, typical_scale: float = 0.0
     g, r = np.asarray(got, np.float64), np.asarray(ref, np.float64)
     finite = np.isfinite(r)
     with np.errstate(invalid="ignore"):  # inf - inf where both are inf: masked out
-        err = np.where(finite, np.abs(g - r), 0.0) / (
-            SEMANTIC_TOL * max(output_scale(r), typical_scale))
+        err = np.where(finite, np.abs(g - r), 0.0) / semantic_limit(r, typical_scale)
     worst = float(err.max()) if err.size else 0.0
     if worst <= 1.0:
         return worst, None
@@ -119,18 +123,12 @@ def floor_ratio(ref: np.ndarray, dtype: str, tol: np.ndarray) -> np.ndarray:
         return np.where(tol > 0, ulps / np.where(tol > 0, tol, 1.0), np.inf)
 
 
-def precision_check(got: np.ndarray, ref: np.ndarray, dtype: str, rtol: float | None,
-                    atol: float | None, baseline: np.ndarray | None,
-                    baseline_error: float = 0.0) -> tuple[float, Mismatch | None]:
-    """Largest error as a fraction of what is allowed (> 1 fails), and the worst element
-    when the check fails. baseline_error: the baseline's worst error (as a fraction of
-    the tolerance) on inputs near this one, taken when larger than its error here."""
-    bad = nonfinite_mismatch(got, ref)
-    if bad is not None:
-        return float("inf"), bad
+def precision_allowance(ref: np.ndarray, dtype: str, rtol: float | None, atol: float | None,
+                        baseline: np.ndarray | None, baseline_error: float = 0.0):
+    """(tolerance, allowed fraction of it, why) per element: what precision_check lets
+    through on this input. It depends only on the input, so screening computes it once."""
     tol = tolerance(ref, dtype, rtol, atol)
-    ratio = precision_ratio(got, ref, tol)
-    allowed = np.ones_like(ratio)
+    allowed = np.ones_like(tol)
     why = "the tolerance"
     if rtol is None and atol is None and baseline is not None:
         base_ratio = precision_ratio(baseline, ref, tol)
@@ -151,6 +149,20 @@ def precision_check(got: np.ndarray, ref: np.ndarray, dtype: str, rtol: float | 
                "the tolerance on this input" if ill else
                f"the tolerance or twice the baseline's error "
                f"({base_worst:.3g} of tolerance), whichever is smaller")
+    return tol, allowed, why
+
+
+def precision_check(got: np.ndarray, ref: np.ndarray, dtype: str, rtol: float | None,
+                    atol: float | None, baseline: np.ndarray | None,
+                    baseline_error: float = 0.0) -> tuple[float, Mismatch | None]:
+    """Largest error as a fraction of what is allowed (> 1 fails), and the worst element
+    when the check fails. baseline_error: the baseline's worst error (as a fraction of
+    the tolerance) on inputs near this one, taken when larger than its error here."""
+    bad = nonfinite_mismatch(got, ref)
+    if bad is not None:
+        return float("inf"), bad
+    tol, allowed, why = precision_allowance(ref, dtype, rtol, atol, baseline, baseline_error)
+    ratio = precision_ratio(got, ref, tol)
     with np.errstate(divide="ignore", invalid="ignore"):
         over = np.where(ratio == 0, 0.0, ratio / allowed)
     worst = float(over.max()) if over.size else 0.0

@@ -17,7 +17,12 @@ from stochopt.verify.check import (
     reference_output,
     typical_output_scale,
 )
-from stochopt.verify.compare import precision_check, semantic_error
+from stochopt.verify.compare import (
+    precision_allowance,
+    precision_check,
+    semantic_error,
+    semantic_limit,
+)
 from stochopt.verify.strategies import build_inputs, random_spec_inputs, structured_recipes
 
 # the cost of failing one screening input, before its size is added (see docs/search.md)
@@ -33,6 +38,7 @@ class ScreeningSet:
         self.references: list[np.ndarray] = []
         self.baseline_outputs: list[np.ndarray] = []
         self.baseline_nearby: list[float | None] = []
+        self.limits: list[tuple | None] = []
         self.typical_scale = typical_output_scale(spec)
         structured = structured_recipes(spec)
         picks = [random_spec_inputs(spec, seed)]
@@ -46,6 +52,18 @@ class ScreeningSet:
         self.references.append(reference_output(self.spec, inputs))
         self.baseline_outputs.append(emulate(self.baseline, inputs, self.machine))
         self.baseline_nearby.append(None)  # measured the first time a candidate needs it
+        self.limits.append(None)           # likewise the per-element limits below
+
+    def _limits(self, i: int) -> tuple:
+        """(reference all finite, semantic limit, per-element precision limit): a
+        candidate within them passes both checks exactly as the full functions say."""
+        if self.limits[i] is None:
+            ref = self.references[i]
+            tol, allowed, _ = precision_allowance(ref, self.spec.output_dtype, self.spec.rtol,
+                                                  self.spec.atol, self.baseline_outputs[i])
+            self.limits[i] = (bool(np.isfinite(ref).all()),
+                              semantic_limit(ref, self.typical_scale), tol * allowed)
+        return self.limits[i]
 
     def __len__(self) -> int:
         return len(self.inputs)
@@ -64,11 +82,15 @@ class ScreeningSet:
         x, ref, base = self.inputs[i], self.references[i], self.baseline_outputs[i]
         if kernel.output_type.shape != ref.shape:
             return MAX_INPUT_COST
-        sem, bad = semantic_error(emulate(kernel, x, self.machine, exact=True), ref,
-                                  self.typical_scale)
-        if bad is not None:
-            return FAIL_COST + MAX_INPUT_COST
+        finite, sem_limit, prec_limit = self._limits(i)
+        exact = emulate(kernel, x, self.machine, exact=True)
+        if not (finite and _within(exact, ref, sem_limit)):
+            sem, bad = semantic_error(exact, ref, self.typical_scale)
+            if bad is not None:
+                return FAIL_COST + MAX_INPUT_COST
         got = emulate(kernel, x, self.machine)
+        if finite and _within(got, ref, prec_limit):
+            return 0.0  # the common case, decided without building error arrays
         prec, bad = precision_check(got, ref, self.spec.output_dtype, self.spec.rtol,
                                     self.spec.atol, base)
         if (bad is not None and bad.check == "precision" and self.spec.rtol is None
@@ -82,3 +104,9 @@ class ScreeningSet:
         if bad is None:
             return 0.0
         return FAIL_COST + min(MAX_INPUT_COST, float(np.log2(max(prec, 1.0))))
+
+
+def _within(got: np.ndarray, ref: np.ndarray, limit) -> bool:
+    """Every element finite and within its limit of a finite reference."""
+    diff = np.abs(np.asarray(got, np.float64) - ref)
+    return bool(np.isfinite(diff).all() and (diff <= limit).all())
