@@ -1,6 +1,7 @@
 """Measure the verifier on its corpora at the full default check (docs/verification.md).
 
     python tests/verify/measure_corpus.py [--examples 200] [--seeds 0 1 2] [--timing-runs 3]
+                                          [--timing-only]
 
 Prints the kill rate (wrong kernels refused / total), the false rejections (equivalent
 kernels refused, per seed), and the time of a full check of the baseline kernel on
@@ -40,11 +41,18 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=200)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--timing-runs", type=int, default=3)
+    parser.add_argument("--timing-only", action="store_true", help="skip the corpora")
     args = parser.parse_args()
     cache: dict = {}
     print(f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', '(unset)')}, "
           f"load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} cpus")
 
+    if not args.timing_only:
+        _corpora(args, cache)
+    _timing(args)
+
+
+def _corpora(args, cache: dict) -> None:
     wrong = sorted((CORPUS / "wrong").glob("*.leir"))
     refused, by_check = 0, {}
     for path in wrong:
@@ -74,6 +82,8 @@ def main() -> None:
                   + (f"  {v.counterexample.describe()}" if v.counterexample else ""))
         print(f"false rejections (seed {seed}): {len(rejected)}/{len(equivalent)} {rejected}")
 
+
+def _timing(args) -> None:
     for name in ("softmax", "mla_decode"):
         spec = load_spec(REPO / "specs" / f"{name}.py")
         kernel = lower(spec)
