@@ -9,10 +9,9 @@ checked here, at the boundary, with an error that says what to write instead.
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import keyword
-import sys
+import runpy
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,17 +136,11 @@ def load_spec(path: str | Path, name: str | None = None) -> Spec:
         raise StochoptError(f"spec file {path} does not exist")
     if p.suffix != ".py":
         raise StochoptError(f"spec file {path} is not a .py file")
-    module_name = f"_stochopt_spec_{abs(hash(str(p.resolve())))}"
-    loader_spec = importlib.util.spec_from_file_location(module_name, p)
-    if loader_spec is None or loader_spec.loader is None:
-        raise StochoptError(f"cannot import spec file {path}")
-    module = importlib.util.module_from_spec(loader_spec)
-    sys.modules[module_name] = module
     try:
-        # compiled from the text, not through the import system: a .pyc cached by the
-        # second could run the spec as it was before an edit of the same size
-        text = p.read_text()
-        exec(compile(text, str(p), "exec", dont_inherit=True), module.__dict__)  # trusted
+        # run from its text by runpy (the user's own Python, trusted like any script),
+        # not imported: a .pyc cached by the second could run the spec as it was before
+        # an edit of the same size
+        namespace = runpy.run_path(str(p), run_name=f"_stochopt_spec_{p.stem}")
     except StochoptError as e:
         raise StochoptError(e.message, hint=e.hint, source=str(path),
                             line=_line_in(e, p)) from None
@@ -160,9 +153,8 @@ def load_spec(path: str | Path, name: str | None = None) -> Spec:
         raise StochoptError(f"importing the spec failed: {type(e).__name__}: {e}",
                             source=str(path), line=_line_in(e, p),
                             hint="fix the spec file; it must import cleanly") from None
-    finally:
-        sys.modules.pop(module_name, None)
-    found = {v.name: v for v in vars(module).values() if isinstance(v, Spec)}
+    text = p.read_text()
+    found = {v.name: v for v in namespace.values() if isinstance(v, Spec)}
     if not found:
         raise StochoptError(f"{path} has no @spec function",
                             hint="decorate the reference function with @spec(inputs={...})")
