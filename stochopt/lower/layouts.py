@@ -8,7 +8,7 @@ memory and does the least matrix work. The search does the rest.
 from __future__ import annotations
 
 import itertools
-from math import ceil, gcd, prod
+from math import gcd, prod
 
 from stochopt.leir.layout import LEVELS, Factor, Layout, check_layout
 from stochopt.leir.rules import make_layout
@@ -106,14 +106,17 @@ def matmul_plans(a_shape, b_shape, fanout: dict[str, int]):
         yield a, b
 
 
-def matmul_work(a: Layout, b: Layout, tile: tuple[int, int]) -> int:
-    """Matrix-unit cycles of a plan (the cost model's formula, without latency)."""
-    def share(layout, axis):
-        return layout.shape[axis] // prod(f.size for f in layout.axes[axis]
-                                          if f.level and f.level != "PE")
-    m, k, n = share(a, -2), share(a, -1), share(b, -1)
-    batch = prod(share(a, i) for i in range(len(a.shape) - 2))
-    return batch * ceil(m / tile[0]) * ceil(n / tile[1]) * k
+def matmul_work(a: Layout, b: Layout, machine) -> int:
+    """Cycles of a plan by the cost model's own rule: matrix units and, for a spread K,
+    the tree reduction of the partial products (which can dwarf the matrix work)."""
+    from stochopt.backend.op_costs import matmul_cost
+    from stochopt.leir.rules import matmul_rule
+    from stochopt.leir.types import TensorType
+
+    ta = TensorType("f32", a.shape, "pe", a)
+    tb = TensorType("f32", b.shape, "pe", b)
+    out = matmul_rule("matmul", [ta, tb], {}, machine, [])
+    return matmul_cost(machine, [ta, tb], out, {}).cycles
 
 
 def reshape_pieces(src: tuple[int, ...], dst: tuple[int, ...]) -> list[list[tuple[int, bool]]]:

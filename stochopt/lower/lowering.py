@@ -233,7 +233,7 @@ class _Lowering:
                       + out_local * (2 if accumulate else 1)) * 4
             if memory > self.machine.pe_local_bytes // 2:
                 continue
-            work = L.matmul_work(la, lb, self.machine.mau_f32)
+            work = L.matmul_work(la, lb, self.machine)
             moves = sum(prod(x.shape) * 4 / 512 for x, cur in ((la, current["a"]),
                                                                (lb, current["b"]))
                         if cur is not None and cur != x)
