@@ -21,7 +21,7 @@ from stochopt.leir.parser import parse
 from stochopt.leir.render import render
 from stochopt.search.proposers import BUILTIN, Arm, Bandit
 from stochopt.spec import Spec
-from stochopt.verify.check import check
+from stochopt.verify.check import check, check_signature
 from stochopt.verify.screening import ScreeningSet
 
 OUTCOMES = ("parse_error", "invalid", "wrong", "rejected", "accepted", "best")
@@ -164,6 +164,12 @@ class Chain:
     def _evaluate(self, cand: Candidate, event: dict, deadline):
         kernel = cand.kernel
         try:
+            # a move may drop the final cast or rename nothing else: the kernel must still
+            # take the spec's inputs and return its dtype and shape
+            check_signature(kernel, self.spec)
+            if kernel.output_type.shape != self.baseline.output_type.shape:
+                raise StochoptError(f"kernel returns shape {kernel.output_type.shape}, the "
+                                    f"spec {self.baseline.output_type.shape}")
             cycles = cost(kernel, self.machine).cycles
         except StochoptError as e:
             event.update(outcome="invalid", error=str(e))

@@ -13,7 +13,7 @@ import os
 import queue
 import signal
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from stochopt.backend.cost import cost
@@ -138,6 +138,7 @@ class RunResult:
     stopped_by: str
     tokens: int = 0
     cost_usd: float = 0.0
+    errors: list[str] = field(default_factory=list)  # chains that stopped on an error
 
     def to_json(self) -> dict:
         return asdict(self)

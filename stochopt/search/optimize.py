@@ -300,7 +300,8 @@ def _result(rd: Path, run: dict, stats, machine, why: str) -> RunResult:
                      round(base / best["cycles"], 4), roof, round(roof / best["cycles"], 4),
                      str(rd / "best.leir"), stats.proposals, stats.accepted,
                      bool(best["verdict"]["equivalent"]), round(stats.elapsed(), 2),
-                     run["budget_s"], why, stats.tokens, round(stats.cost_usd, 6))
+                     run["budget_s"], why, stats.tokens, round(stats.cost_usd, 6),
+                     list(stats.errors))
 
 
 class _Stats:

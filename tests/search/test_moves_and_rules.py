@@ -125,3 +125,19 @@ def test_lossy_bf16_rounding_rule_is_left_to_the_precision_check(lowered):
             assert verdict.counterexample.mismatch.check in ("precision", "non-finite")
         outcomes.add(verdict.equivalent)
     assert outcomes
+
+
+def test_a_candidate_with_the_wrong_output_dtype_is_invalid_not_a_crash(lowered):
+    from stochopt.search.chain import Candidate, Chain
+
+    spec, baseline = lowered["softmax"]
+    text = render(baseline).replace('-> "f32[128,1024] @ dram"', '-> "bf16[128,1024] @ dram"')
+    text = text.replace("return store(", "return store_bf16(")
+    lines = text.splitlines()
+    last = lines[-1].strip()[len("return store_bf16("):-1]
+    lines[-1] = f'    narrowed = cast({last}, "bf16")\n    return store(narrowed)'
+    wrong = parse("\n".join(lines))
+    chain = Chain(0, spec, baseline, cost(baseline).cycles, baseline, MNCORE2, ["mutate"], 1)
+    event = {}
+    best, _ = chain._evaluate(Candidate("mutate", "delete", wrong), event, None)
+    assert best is None and event["outcome"] == "invalid" and "bf16" in event["error"]
