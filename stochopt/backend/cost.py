@@ -277,10 +277,6 @@ def peak_memory(kernel: Kernel, machine: Machine | str | None = None) -> tuple[i
     return profile.peak_local_bytes, profile.peak_at
 
 
-def cycles_to_us(cycles: int, machine: Machine) -> float:
-    return cycles / machine.clock_mhz
-
-
 # ---------------------------------------------------------------------------------
 # roofline
 # ---------------------------------------------------------------------------------

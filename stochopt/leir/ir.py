@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stochopt.errors import ConstraintError, StochoptError
-from stochopt.leir.ops import INPUT_OP, OPS, TENSORS, Op
+from stochopt.leir.ops import INPUT_OP, OPS, Op
 from stochopt.leir.rules import Const, check_local_memory
 from stochopt.leir.types import TensorType
 
@@ -140,10 +140,3 @@ def build(name: str, nodes: Iterable[Node], output: int, machine,
 def check(kernel: Kernel, machine) -> Kernel:
     """Re-run every constraint of a kernel on a machine; return it re-typed."""
     return build(kernel.name, kernel.nodes, kernel.output, machine, kernel.spec_path)
-
-
-def tensor_arity(op: Op) -> int | None:
-    """How many tensor operands the op takes (None: a list)."""
-    if any(p.kind == TENSORS for p in op.params):
-        return None
-    return len(op.tensor_params)

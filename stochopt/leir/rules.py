@@ -14,7 +14,7 @@ from typing import Any
 
 from stochopt.errors import ConstraintError
 from stochopt.leir.layout import LEVELS, Factor, Layout, check_layout
-from stochopt.leir.types import TensorType, check_dtype, is_float, itemsize
+from stochopt.leir.types import TensorType, check_dtype, is_float
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -438,7 +438,3 @@ def check_local_memory(t: TensorType, machine, op: str) -> None:
             f"{op}() makes a value of {t.local_bytes()} bytes per PE, more than the "
             f"{machine.pe_local_bytes} bytes of PE local memory",
             hint="spread it over more of the tree")
-
-
-def itemsize_of(t: TensorType) -> int:
-    return itemsize(t.dtype)

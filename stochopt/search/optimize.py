@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from stochopt.backend.cost import cost, roofline_of_kernel
-from stochopt.backend.machine import load_machine
+from stochopt.backend.machine import PRESETS, load_machine
 from stochopt.errors import StochoptError
 from stochopt.leir.parser import parse
 from stochopt.leir.render import render
@@ -165,7 +165,7 @@ def _drive(rd: Path, run: dict, state: dict, start_text: str, baseline_text: str
            llm: dict | None, progress) -> RunResult:
     from stochopt.spec import load_spec as _load
 
-    m = load_machine(run["machine_name"]) if run["machine_name"] in ("mncore2", "small") \
+    m = load_machine(run["machine_name"]) if run["machine_name"] in PRESETS \
         else _machine_from_run(run)
     spec = _load(rd / "spec.py", run.get("name"))
     started = time.time()
@@ -274,7 +274,6 @@ def _machine_from_run(run: dict):
     from stochopt.backend.machine import machine_from_dict
     data = dict(run["machine"])
     data.pop("name", None)
-    data["fanout"] = data["fanout"]
     return machine_from_dict({**data, "name": run["machine_name"]}, run["machine_name"])
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from math import prod
 
 from stochopt.errors import StochoptError
 from stochopt.leir.ir import Kernel, Node
@@ -388,13 +387,6 @@ RULES: list[Rule] = [
 ]
 
 
-def rule_by_name(name: str) -> Rule:
-    for r in RULES:
-        if r.name == name:
-            return r
-    raise KeyError(name)
-
-
 def apply_rule(r: Rule, kernel: Kernel, site, machine, rng: random.Random | None = None):
     if r.name == "spread_over_more_of_the_tree":
         return r.apply(kernel, site, machine, rng)
@@ -412,7 +404,3 @@ def propose_rewrite(kernel: Kernel, rng: random.Random, machine) -> tuple[str, K
     except StochoptError as e:
         e.move = r.name
         raise
-
-
-def local_size(layout: Layout) -> int:
-    return prod(f.size for a in layout.axes for f in a if f.level is None)
