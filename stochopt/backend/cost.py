@@ -237,6 +237,7 @@ def _schedule(kernel: Kernel, works: list[Work], inputs: list[tuple[int, ...]],
             busy[resource] += cycles
             t += cycles
         stages[i] = tuple(ran)
+        t += w.latency  # a DMA transfer in flight: its queue is already free
         end[i] = release[i] = t
         if size[i]:
             memory.hold(i, start[i], size[i])
@@ -251,7 +252,8 @@ def _schedule(kernel: Kernel, works: list[Work], inputs: list[tuple[int, ...]],
 
 def _critical_path(works: list[Work], inputs: list[tuple[int, ...]]
                    ) -> tuple[tuple[int, ...], int]:
-    """The longest chain of dependent ops by their work cycles, and its length."""
+    """The longest chain of dependent ops by their cycles (in flight included), and its
+    length."""
     length = [0] * len(works)
     before = [-1] * len(works)
     for i, ins in enumerate(inputs):
@@ -259,7 +261,7 @@ def _critical_path(works: list[Work], inputs: list[tuple[int, ...]]
         for a in ins:
             if before[i] < 0 or length[a] > longest:
                 before[i], longest = a, length[a]
-        length[i] = works[i].cycles + longest
+        length[i] = works[i].span + longest
     if not length:
         return (), 0
     j = max(range(len(length)), key=lambda k: length[k])

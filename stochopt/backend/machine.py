@@ -32,6 +32,7 @@ class Machine:
     mau_f32: tuple[int, int] = (8, 4)
     latency: dict[str, int] = field(default_factory=lambda: {
         "dma": 200, "tree": 24, "vector": 4, "matrix": 16})
+    dma_issue: int = 32                    # cycles the DMA queue spends issuing a transfer
 
     @property
     def pes(self) -> int:

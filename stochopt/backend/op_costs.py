@@ -32,6 +32,7 @@ class Work:
     bytes: int = 0   # bytes moved (DRAM or tree links) or written in local memory, per op
     flops: int = 0   # logical operations, counted once however replicated
     units: int = 1   # PEs, MAUs or DRAM groups doing the work
+    latency: int = 0  # cycles in flight after the last stage, holding no resource (DMA)
 
     @property
     def resource(self) -> str | None:
@@ -41,6 +42,11 @@ class Work:
     @property
     def cycles(self) -> int:
         return sum(c for _, c in self.stages)
+
+    @property
+    def span(self) -> int:
+        """Cycles from its start to its result, when nothing waits: stages plus flight."""
+        return self.cycles + self.latency
 
 
 FREE = Work(())
@@ -184,7 +190,8 @@ def _parts(machine, layout: Layout, levels: tuple[str, ...], replicated_share: b
 
 
 def dram_cycles(machine, layout: Layout, nbytes: int, storing: bool) -> tuple[int, int]:
-    """DRAM <-> PEs: the busiest DRAM group, L2B link and L1B link set the time."""
+    """DRAM <-> PEs: the busiest DRAM group, L2B link and L1B link set the time the DMA
+    queue is busy, plus the queue's issue cycles; the latency is paid in flight."""
     l2bs = _parts(machine, layout, ("L2B",), replicated_share=True)
     groups = ceil(l2bs / machine.l2b_per_group)
     busiest_group = nbytes * min(machine.l2b_per_group, l2bs) / l2bs
@@ -192,19 +199,21 @@ def dram_cycles(machine, layout: Layout, nbytes: int, storing: bool) -> tuple[in
              nbytes / _parts(machine, layout, ("L2B",), storing) / _link_bytes(machine, "L2B"),
              nbytes / _parts(machine, layout, ("L2B", "L1B"), storing)
              / _link_bytes(machine, "L1B")]
-    return ceil(max(terms)) + machine.latency["dma"], groups
+    return ceil(max(terms)) + machine.dma_issue, groups
 
 
 def load_cost(machine, ins, out: TensorType, attrs) -> Work:
     """DRAM -> PEs: DRAM is read once, even for a replicated (B@) layout."""
     cycles, groups = dram_cycles(machine, out.layout, out.nbytes, storing=False)
-    return _work("dma", cycles, bytes=out.nbytes, units=groups)
+    return _work("dma", cycles, bytes=out.nbytes, units=groups,
+                 latency=machine.latency["dma"])
 
 
 def store_cost(machine, ins, out: TensorType, attrs) -> Work:
     """PEs -> DRAM: one copy of every element is written."""
     cycles, groups = dram_cycles(machine, ins[0].layout, out.nbytes, storing=True)
-    return _work("dma", cycles, bytes=out.nbytes, units=groups)
+    return _work("dma", cycles, bytes=out.nbytes, units=groups,
+                 latency=machine.latency["dma"])
 
 
 # ---------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ class Node:
 class Kernel:
     name: str
     nodes: tuple[Node, ...]
-    output: int                                   # index of the store node returned
+    output: int           # index of the node returned: a store, or a concat of stores
     spec_path: str | None = field(default=None, compare=False)
 
     @property
@@ -107,15 +107,38 @@ class Builder:
             if e.line is None:
                 raise type(e)(e.message, line=line, col=col, hint=e.hint) from None
             raise
+        if op_name == "concat" and out.location == "dram":
+            _check_stored_tiles(self.nodes, args, line, col)
         ordered = tuple((p.name, attrs[p.name]) for p in op.static_params)
         self.nodes.append(Node(op_name, tuple(args), ordered, out, name, line))
         return len(self.nodes) - 1
 
     def finish(self, name: str, output: int, spec_path: str | None = None) -> Kernel:
-        if self.nodes[output].op != "store":
-            raise ConstraintError("a kernel must return store(...) of its result",
-                                  line=self.nodes[output].line, hint="return store(y)")
+        if not is_stored(self.nodes[output]):
+            raise ConstraintError(RETURN_RULE, line=self.nodes[output].line,
+                                  hint="return store(y)")
         return Kernel(name, tuple(self.nodes), output, spec_path)
+
+
+RETURN_RULE = ("a kernel must return store(...) of its result, or concat([...], axis) of "
+               "stored tiles")
+
+
+def is_stored(node: Node) -> bool:
+    """A store, or stored tiles joined in DRAM: what a kernel may return."""
+    return node.op == "store" or (node.op == "concat" and node.type.location == "dram")
+
+
+def _check_stored_tiles(nodes: list[Node], args: Sequence[Arg], line, col) -> None:
+    """Only stores write DRAM, so only their results can be placed side by side for free;
+    joining the kernel's inputs would need a copy the model does not charge."""
+    for a in args:
+        if isinstance(a, int) and not is_stored(nodes[a]):
+            what = nodes[a].name or f"%{a}"
+            kind = "a kernel input" if nodes[a].op == "input" else f"a {nodes[a].op} result"
+            raise ConstraintError(f"concat() of dram values joins only stored tiles; {what} "
+                                  f"is {kind}", line=line, col=col,
+                                  hint="load the parts and concat them on the PEs")
 
 
 def build(name: str, nodes: Iterable[Node], output: int, machine,

@@ -229,10 +229,12 @@ _register(Op(
     else C.copy_cost(machine, ins, out, attrs)))
 _register(Op(
     "concat", SHAPE_OP, (Param("xs", TENSORS), Param("axis", AXIS)),
-    "concat([a, b, ...], axis): join along an axis that is local in every operand; "
-    "other axes laid out alike",
+    "concat([a, b, ...], axis): join pe tensors along an axis that is local in every "
+    "operand, other axes laid out alike (a local copy); or join stored tiles (dram results "
+    "of store or concat) into the kernel's output, free: each store writes its region",
     R.concat_rule, lambda a, attrs, exact: np.concatenate(a, axis=attrs["axis"]),
-    C.copy_cost))
+    lambda machine, ins, out, attrs: C.FREE if out.location == "dram"
+    else C.copy_cost(machine, ins, out, attrs)))
 _register(Op(
     "broadcast_to", SHAPE_OP, (_X, Param("shape", SHAPE)),
     "broadcast_to(x, shape): expand size-1 axes locally (a local copy)",

@@ -14,7 +14,7 @@ import warnings
 from typing import Any
 
 from stochopt.errors import ConstraintError, ParseError, StochoptError
-from stochopt.leir.ir import MAX_OPS, Builder, Kernel
+from stochopt.leir.ir import MAX_OPS, RETURN_RULE, Builder, Kernel, is_stored
 from stochopt.leir.layout import parse_layout
 from stochopt.leir.ops import (
     AXIS,
@@ -131,9 +131,8 @@ class _Reader:
         if not isinstance(out, int):
             raise _err(ret, "the kernel must return a tensor: return store(y)")
         node = self.builder.nodes[out]
-        if node.op != "store":
-            raise _err(ret, "the kernel must return store(...) of its result",
-                       hint="return store(y)")
+        if not is_stored(node):
+            raise _err(ret, RETURN_RULE, hint="return store(y)")
         if (node.type.dtype, node.type.shape) != (ret_type.dtype, ret_type.shape):
             raise ConstraintError(
                 f"the kernel returns {node.type.signature()} but is annotated "

@@ -392,6 +392,8 @@ def slice_rule(op, ins, attrs, machine, names) -> TensorType:
 def concat_rule(op, ins, attrs, machine, names) -> TensorType:
     if not ins:
         raise ConstraintError("concat() takes a list of at least one tensor")
+    if all(isinstance(t, TensorType) and t.location == "dram" for t in ins):
+        return _dram_concat(ins, attrs, op)
     ts = [_need_pe(t, op, _name(t, names, i)) for i, t in enumerate(ins)]
     rank = len(ts[0].shape)
     axis = _axis(attrs["axis"], rank, op)
@@ -416,6 +418,20 @@ def concat_rule(op, ins, attrs, machine, names) -> TensorType:
     axes[axis] = (Factor(shape[axis]),)
     return TensorType(first.dtype, tuple(shape), "pe",
                       make_layout(shape, axes, first.layout.replicated))
+
+
+def _dram_concat(ins: list[TensorType], attrs, op: str) -> TensorType:
+    """Stored tiles side by side in DRAM: each store writes its region of the result."""
+    first = ins[0]
+    axis = _axis(attrs["axis"], len(first.shape), op)
+    for i, t in enumerate(ins[1:], 1):
+        if t.dtype != first.dtype or len(t.shape) != len(first.shape) or any(
+                a != axis and t.shape[a] != first.shape[a] for a in range(len(t.shape))):
+            raise ConstraintError(f"concat(): stored tile {i} is {t.signature()}, which does "
+                                  f"not sit beside {first.signature()} along axis {axis}")
+    shape = list(first.shape)
+    shape[axis] = sum(t.shape[axis] for t in ins)
+    return TensorType(first.dtype, tuple(shape), "dram")
 
 
 def broadcast_to_rule(op, ins, attrs, machine, names) -> TensorType:

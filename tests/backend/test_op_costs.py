@@ -39,21 +39,22 @@ def test_load_is_bound_by_the_busiest_dram_group():
     # 512 KiB over 8 L2Bs: each of 4 groups serves 2 L2Bs, 128 KiB at 170.7 B/cycle = 768
     x = pe("f32", ROWS)
     w = load_cost(MNCORE2, [dram("f32", x.shape)], x, {})
-    assert w.stages == (("dma", 768 + 200),) and w.bytes == 524288 and w.units == 4
+    assert w.stages == (("dma", 768 + 32),) and w.bytes == 524288 and w.units == 4
+    assert w.latency == 200 and w.span == 768 + 32 + 200  # in flight after the queue
 
 
 def test_load_to_one_l2b_is_served_by_one_group_through_one_l2b_link():
     # (128,1024) on L2B 0 only: the L2B link (128 B/cycle) is slower than the group
     x = pe("f32", "(128,1024)/((8_L1B,16_MAB),(1024))")
     w = load_cost(MNCORE2, [dram("f32", x.shape)], x, {})
-    assert w.cycles == 524288 // 128 + 200 and w.units == 1
+    assert w.cycles == 524288 // 128 + 32 and w.units == 1
 
 
 def test_replicated_load_reads_dram_once_but_every_l2b_link_carries_it_all():
     x = pe("f32", "(16,512)/((16),(512)); B@[L2B,L1B,MAB,PE]")
     w = load_cost(MNCORE2, [dram("f32", x.shape)], x, {})
     assert w.bytes == 32768            # read once, not once per copy
-    assert w.cycles == 32768 // 128 + 200
+    assert w.cycles == 32768 // 128 + 32
     assert w.cycles < 8 * load_cost(MNCORE2, [dram("f32", x.shape)],
                                     pe("f32", "(16,512)/((8_L2B,2),(512))"), {}).cycles
 
@@ -62,7 +63,7 @@ def test_store_of_a_replicated_value_writes_one_copy_shared_by_its_units():
     y = pe("f32", "(16,512)/((16),(512)); B@[L2B,L1B,MAB,PE]")
     w = store_cost(MNCORE2, [y], dram("f32", y.shape), {})
     assert w.bytes == 32768
-    assert w.cycles == 48 + 200  # like a store spread over all 8 L2Bs and 64 L1Bs
+    assert w.cycles == 48 + 32  # like a store spread over all 8 L2Bs and 64 L1Bs
 
 
 def test_elementwise_works_through_local_elements_by_lanes():

@@ -223,3 +223,40 @@ def test_a_malformed_layout_in_a_kernel_points_at_the_layout_string(layout, mess
     assert type(err) is ConstraintError
     assert message in err.message and layout in err.message
     assert (err.line, err.col) == (3, len("    z = relayout(xs, ") + 1)
+
+
+# -- stored tiles: a kernel may return stores joined in DRAM ------------------------
+
+HALF = "(4,16)/((4_MAB),(16))"
+TILE_BODY = [f'a = load(x[0:4, 0:16], "{HALF}")', f'b = load(x[4:8, 0:16], "{HALF}")',
+             "s0 = store(exp(a))", "s1 = store(exp(b))"]
+
+
+def test_stored_tiles_joined_in_dram_are_the_kernels_output():
+    import numpy as np
+
+    from stochopt.backend.cost import cost
+    from stochopt.backend.emulate import emulate
+    from stochopt.leir import render
+
+    k = parse(kernel_text(F, TILE_BODY + ["return concat([s0, s1], axis=0)"]), "small")
+    assert parse(render(k), "small") == k
+    x = np.arange(128, dtype=np.float32).reshape(8, 16) / 128
+    assert np.allclose(emulate(k, {"x": x}), np.exp(x))
+    p = cost(k, "small")
+    assert p.ops[k.output].resource is None  # the join itself moves nothing
+    assert p.dram_bytes == 2 * 8 * 16 * 4   # read once, written once
+
+
+@pytest.mark.parametrize("body, message", [
+    (["return concat([x, x], axis=0)"], "concat\\(\\) of dram values joins only stored tiles; "
+     "x is a kernel input"),
+    ([*TILE_BODY, "return concat([s0, a], axis=0)"], "takes a pe tensor, got s0 @ dram"),
+    ([*TILE_BODY, "z = concat([a, b], axis=1)", "return z"],
+     "must return store\\(...\\) of its result, or concat\\(\\[...\\], axis\\) of stored tiles"),
+    ([*TILE_BODY[:3], f'c = load(x[4:8, 0:8], "(4,8)/((4_MAB),(8))")', "s1 = store(c)",
+      "return concat([s0, s1], axis=0)"], "stored tile 1 is f32\\[4,8\\]"),
+], ids=["inputs", "mixed", "pe-concat-returned", "tiles-do-not-fit"])
+def test_only_stored_tiles_join_in_dram(body, message):
+    with pytest.raises(StochoptError, match=message):
+        parse(kernel_text(F, body), "small")
