@@ -19,6 +19,7 @@ from stochopt.leir.layout import LEVELS, Factor, Layout
 from stochopt.leir.rules import Const, make_layout
 from stochopt.leir.types import TensorType
 from stochopt.search.edit import common_subexpressions, insert, rebuild, replace_uses, shifted
+from stochopt.search.tiling import tile_output, where_tile_output
 
 LAYOUT_OPS = ("load", "relayout", "full")
 
@@ -28,7 +29,8 @@ class Rule:
     name: str
     algebra: str
     find: Callable[[Kernel], list]
-    apply: Callable[[Kernel, object, object], Kernel]
+    apply: Callable[..., Kernel]  # (kernel, site, machine) or, if uses_rng, (..., rng)
+    uses_rng: bool = False        # the rule draws a parameter (a divisor) of its own
 
 
 def _with(n: Node, **changes) -> Node:
@@ -383,12 +385,16 @@ RULES: list[Rule] = [
          _where_reassociate_broadcasts, reassociate_broadcasts),
     Rule("spread_over_more_of_the_tree", "split a local factor n of an axis into d_LEVEL x n/d "
       "in every layout that lays the axis out alike (replicate where it is broadcast)",
-         _where_spread_over_more_of_the_tree, spread_over_more_of_the_tree),
+         _where_spread_over_more_of_the_tree, spread_over_more_of_the_tree, uses_rng=True),
+    Rule("tile_output", "store(f(x)) -> concat([store(f(x[tile t])) for t in tiles]): cut the "
+      "output along an axis into 2, 4 or 8 blocks, each loaded, computed and stored on its "
+      "own, the next block's loads issued ahead; shared values computed once",
+         where_tile_output, tile_output),
 ]
 
 
 def apply_rule(r: Rule, kernel: Kernel, site, machine, rng: random.Random | None = None):
-    if r.name == "spread_over_more_of_the_tree":
+    if r.uses_rng:
         return r.apply(kernel, site, machine, rng)
     return r.apply(kernel, site, machine)
 

@@ -1,0 +1,207 @@
+"""Tiling into row blocks: the rewrite that lets loads, compute and stores overlap.
+
+``tile_output(kernel, (axis, tiles))`` cuts the kernel's output along one axis into
+``tiles`` blocks and gives each block its own copy of the work that produces it: its
+loads read a DRAM slice, its ops run on the smaller values, and its store writes its
+region of the output; the kernel returns the stored tiles joined by ``concat``. What does
+not vary along the axis (a weight, a broadcast row, a constant) is computed once, before
+the tiles. The loads of block t+1 are issued before block t's compute and store, so the
+in-order DMA queue streams while the PEs work (docs/machine.md, section 2).
+
+The rewrite is exact: every block computes the same elements with the same operations.
+It refuses (ConstraintError) a kernel whose work mixes the rows of the axis: a reduction
+or a pe concat or slice along it, a reshape, a value needed both whole and in blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from stochopt.errors import ConstraintError
+from stochopt.leir.ir import Kernel, Node
+from stochopt.leir.layout import Factor, Layout
+from stochopt.leir.ops import ELEMENTWISE, OPS
+from stochopt.leir.rules import Const, make_layout
+from stochopt.search.edit import rebuild
+
+TILE_COUNTS = (2, 4, 8)
+WHOLE = None  # a value that does not vary along the tiled axis: computed once
+
+
+def where_tile_output(k: Kernel) -> list[tuple[int, int]]:
+    """(axis, tiles) for each axis of a kernel that returns a single store. Cheap on
+    purpose: whether the work can be cut is found out by ``tile_output`` itself."""
+    out = k.nodes[k.output]
+    if out.op != "store":
+        return []
+    return [(axis, t) for axis, size in enumerate(out.type.shape) for t in TILE_COUNTS
+            if size % t == 0 and size // t >= 1]
+
+
+def tile_output(k: Kernel, site: tuple[int, int], machine) -> Kernel:
+    axis, tiles = site
+    tax = _tiled_axes(k, axis)
+    for i, ax in tax.items():
+        if ax is not WHOLE and k.nodes[i].type.shape[ax] % tiles:
+            raise _refuse(k, i, f"its axis {ax} ({k.nodes[i].type.shape[ax]}) does not split "
+                          f"into {tiles} tiles")
+    nodes: list[Node] = []
+    whole: dict[int, int] = {}
+    for i, n in enumerate(k.nodes):  # inputs first, then what every tile shares
+        if n.op == "input" or (i in tax and tax[i] is WHOLE):
+            whole[i] = len(nodes)
+            nodes.append(_remap(n, whole))
+    loads = [i for i in sorted(tax) if tax[i] is not WHOLE and k.nodes[i].op == "load"]
+    work = [i for i in sorted(tax) if tax[i] is not WHOLE and k.nodes[i].op != "load"]
+    placed: list[dict[int, int]] = [dict(whole) for _ in range(tiles)]
+
+    def emit(t: int, i: int) -> None:
+        n, ax = k.nodes[i], tax[i]
+        if n.op == "load":
+            nodes.append(_dram_slice(k, i, ax, tiles, t, whole))
+            n = replace(n, args=(len(nodes) - 1,))
+        else:
+            n = _remap(n, placed[t])
+        placed[t][i] = len(nodes)
+        nodes.append(replace(n, attrs=tuple(_tile_attrs(k, i, ax, tiles).items()),
+                             name=f"{n.name}{t}" if n.name else ""))
+
+    for i in loads:
+        emit(0, i)
+    for t in range(tiles):
+        if t + 1 < tiles:  # the next block's loads go ahead of this block's work
+            for i in loads:
+                emit(t + 1, i)
+        for i in work:
+            emit(t, i)
+    stores = tuple(placed[t][k.output] for t in range(tiles))
+    nodes.append(Node("concat", stores, (("axis", axis),), k.output_type, "out"))
+    return rebuild(k, nodes, len(nodes) - 1, machine)
+
+
+# -- which axis of each value the output's axis runs along ----------------------------
+
+def _tiled_axes(k: Kernel, axis: int) -> dict[int, int | None]:
+    """For every node the output needs (but the DRAM values its loads read): the axis
+    that follows the output's tiled axis, or WHOLE when the node does not vary along it."""
+    tax: dict[int, int | None] = {k.output: axis}
+    for i in range(k.output, -1, -1):
+        if i not in tax:
+            continue
+        for j, ax in _input_axes(k, i, tax[i]):
+            if tax.get(j, ax) != ax:
+                raise _refuse(k, j, "it is needed both whole and in tiles")
+            tax[j] = ax
+    return tax
+
+
+def _input_axes(k: Kernel, i: int, ax: int | None) -> list[tuple[int, int | None]]:
+    n = k.nodes[i]
+    ins = [a for a in n.args if not isinstance(a, Const)]
+    if n.op in ("input", "full"):
+        return []
+    if ax is WHOLE:
+        return [(j, WHOLE) for j in ins]
+    if n.op == "load":
+        return []  # its DRAM source is sliced per tile, not tiled itself
+    rank = len(n.type.shape)
+    kind = OPS[n.op].kind
+    if kind == ELEMENTWISE or n.op == "broadcast_to":
+        return [(j, _broadcast_axis(k.nodes[j].type.shape, rank, ax)) for j in ins]
+    if n.op in ("store", "relayout"):
+        return [(ins[0], ax)]
+    if n.op in ("reduce_sum", "reduce_max", "reduce_min"):
+        r = n.attr("axis") % len(k.nodes[ins[0]].type.shape)
+        src = ax if n.attr("keepdims") or ax < r else ax + 1
+        if src == r:
+            raise _refuse(k, i, "it reduces along the tiled axis")
+        return [(ins[0], src)]
+    if n.op == "matmul":
+        a, b = ins
+        if ax == rank - 2:
+            return [(a, len(k.nodes[a].type.shape) - 2), (b, WHOLE)]
+        if ax == rank - 1:
+            return [(a, WHOLE), (b, len(k.nodes[b].type.shape) - 1)]
+        return [(j, _broadcast_axis(k.nodes[j].type.shape, rank, ax)) for j in ins]
+    if n.op == "transpose":
+        perm = n.attr("perm") or tuple(reversed(range(rank)))
+        return [(ins[0], perm[ax])]
+    if n.op == "slice" and n.type.location == "pe":
+        lo, hi = n.attr("bounds")[ax]
+        if (lo, hi) != (0, k.nodes[ins[0]].type.shape[ax]):
+            raise _refuse(k, i, "it slices the tiled axis")
+        return [(ins[0], ax)]
+    if n.op == "concat" and n.type.location == "pe":
+        if n.attr("axis") % rank == ax:
+            raise _refuse(k, i, "it joins along the tiled axis")
+        return [(j, ax) for j in ins]
+    raise _refuse(k, i, f"tiling does not go through {n.op}")
+
+
+def _broadcast_axis(shape: tuple[int, ...], out_rank: int, ax: int) -> int | None:
+    """The operand's axis under the output's axis ``ax``, or WHOLE if broadcast there."""
+    j = ax - (out_rank - len(shape))
+    return WHOLE if j < 0 or shape[j] == 1 else j
+
+
+# -- one tile's copy of a node -------------------------------------------------------
+
+def _tile_attrs(k: Kernel, i: int, ax: int, tiles: int) -> dict:
+    n = k.nodes[i]
+    attrs = dict(n.attrs)
+    if "layout" in attrs:
+        attrs["layout"] = _shrink(attrs["layout"], ax, tiles, k, i)
+    if "shape" in attrs:  # full, broadcast_to
+        shape = list(attrs["shape"])
+        shape[ax] //= tiles
+        attrs["shape"] = tuple(shape)
+    if n.op == "slice":
+        bounds = list(attrs["bounds"])
+        bounds[ax] = (0, bounds[ax][1] // tiles)
+        attrs["bounds"] = tuple(bounds)
+    return attrs
+
+
+def _shrink(lay: Layout, ax: int, tiles: int, k: Kernel, i: int) -> Layout:
+    """The layout of one tile: divide the axis' innermost local factor that can be
+    divided, else its innermost spread factor (the tile then uses fewer units). The
+    same factors always shrink the same way, so operands laid out alike stay alike."""
+    factors = list(lay.axes[ax])
+    for local in (True, False):
+        for j in reversed(range(len(factors))):
+            f = factors[j]
+            if (f.level is None) == local and f.size % tiles == 0:
+                factors[j] = Factor(f.size // tiles, f.level)
+                shape = list(lay.shape)
+                shape[ax] //= tiles
+                axes = list(lay.axes)
+                axes[ax] = tuple(factors)
+                return make_layout(shape, axes, lay.replicated)
+    raise _refuse(k, i, f"no factor of its layout's axis {ax} divides by {tiles}")
+
+
+def _dram_slice(k: Kernel, i: int, ax: int, tiles: int, t: int,
+                whole: dict[int, int]) -> Node:
+    """The DRAM slice tile t's copy of load i reads: the load's source cut along ``ax``."""
+    source = k.nodes[i].args[0]
+    src = k.nodes[source]
+    if src.op == "input":
+        base, bounds = source, [(0, s) for s in src.type.shape]
+    elif src.op == "slice" and k.nodes[src.args[0]].op == "input":
+        base, bounds = src.args[0], list(src.attr("bounds"))
+    else:
+        raise _refuse(k, i, "it loads a value the kernel stored")
+    lo, hi = bounds[ax]
+    step = (hi - lo) // tiles
+    bounds[ax] = (lo + t * step, lo + (t + 1) * step)
+    return Node("slice", (whole[base],), (("bounds", tuple(bounds)),), src.type)
+
+
+def _remap(n: Node, mapping: dict[int, int]) -> Node:
+    return replace(n, args=tuple(a if isinstance(a, Const) else mapping[a] for a in n.args))
+
+
+def _refuse(k: Kernel, i: int, why: str) -> ConstraintError:
+    n = k.nodes[i]
+    return ConstraintError(f"cannot tile the output: {n.op} ({n.name or i}): {why}",
+                           line=n.line)

@@ -1,0 +1,87 @@
+"""tile_output: the output cut into blocks, each loaded, computed and stored on its own."""
+
+import pytest
+
+from stochopt import load_spec
+from stochopt.backend.cost import cost
+from stochopt.backend.machine import MNCORE2, SMALL
+from stochopt.errors import ConstraintError
+from stochopt.leir import check, parse, render
+from stochopt.lower import lower
+from stochopt.search.tiling import tile_output, where_tile_output
+from stochopt.verify import check as verify
+
+
+def lowered(name: str):
+    spec = load_spec(f"specs/{name}.py")
+    return spec, lower(spec)
+
+
+@pytest.mark.parametrize("name, site", [("vector_add", (0, 2)), ("swiglu", (1, 2)),
+                                        ("gelu", (1, 4)), ("matmul", (0, 2))])
+def test_tiling_keeps_meaning_and_overlaps_the_dma_with_compute(name, site):
+    spec, kernel = lowered(name)
+    tiled = tile_output(kernel, site, MNCORE2)
+    assert check(tiled, MNCORE2) == tiled and parse(render(tiled)) == tiled
+    assert tiled.nodes[tiled.output].op == "concat"
+    assert [n.op for n in tiled.nodes].count("store") == site[1]
+    assert cost(tiled).cycles < cost(kernel).cycles
+    verdict = verify(tiled, spec, examples=8, baseline=kernel, seed=1)
+    assert verdict.equivalent, verdict.counterexample.describe()
+
+
+def test_the_next_tiles_loads_are_issued_before_this_tiles_store():
+    _, kernel = lowered("vector_add")
+    tiled = tile_output(kernel, (0, 4), MNCORE2)
+    dma = [n.op for n in tiled.nodes if n.op in ("load", "store")]
+    assert dma == ["load"] * 4 + ["store", "load", "load"] * 2 + ["store", "store"]
+    slices = [n.attr("bounds") for n in tiled.nodes if n.op == "slice"]
+    assert slices[:2] == [((0, 262144),), ((0, 262144),)]
+    assert slices[-1] == ((786432, 1048576),)
+
+
+def test_what_does_not_vary_along_the_axis_is_computed_once():
+    # matmul tiled along M: the weight b is loaded once, before the tiles
+    spec, kernel = lowered("matmul")
+    tiled = tile_output(kernel, (0, 2), MNCORE2)
+    loads = [n for n in tiled.nodes if n.op == "load"]
+    assert len(loads) == 3
+    first = tiled.nodes[loads[0].args[0]]
+    assert first.op == "input" and first.attr("name") == "b"
+
+
+@pytest.mark.parametrize("name, site, why", [
+    ("softmax", (1, 2), "needed both whole and in tiles"),  # the row sum needs every column
+    ("rotary", (1, 2), "joins along the tiled axis"),
+])
+def test_work_that_mixes_the_tiled_axis_is_refused(name, site, why):
+    _, kernel = lowered(name)
+    with pytest.raises(ConstraintError, match=why):
+        tile_output(kernel, site, MNCORE2)
+
+
+def test_reductions_tile_along_the_axes_they_keep():
+    import numpy as np
+
+    from stochopt.backend.emulate import emulate
+
+    text = '''def k(x: "f32[8,64] @ dram") -> "f32[64] @ dram":
+    xs = load(x, "(8,64)/((2_L2B,4_MAB),(64))")
+    return store(reduce_sum(xs, axis=0))
+'''
+    kernel = parse(text, "small")
+    tiled = tile_output(kernel, (0, 2), SMALL)  # output axis 0 is x's axis 1: columns
+    assert [n.attr("bounds") for n in tiled.nodes if n.op == "slice"] == [
+        ((0, 8), (0, 32)), ((0, 8), (32, 64))]
+    x = {"x": np.arange(512, dtype=np.float32).reshape(8, 64)}
+    assert np.array_equal(emulate(tiled, x), emulate(kernel, x))
+    kept = parse(text.replace('"f32[64] @ dram"', '"f32[1,64] @ dram"')
+                 .replace("axis=0)", "axis=0, keepdims=True)"), "small")
+    with pytest.raises(ConstraintError, match="reduces along the tiled axis"):
+        tile_output(kept, (0, 2), SMALL)
+
+
+def test_only_a_single_store_is_tiled():
+    _, kernel = lowered("vector_add")
+    assert where_tile_output(kernel) == [(0, 2), (0, 4), (0, 8)]
+    assert where_tile_output(tile_output(kernel, (0, 2), MNCORE2)) == []
