@@ -254,7 +254,7 @@ def test_stored_tiles_joined_in_dram_are_the_kernels_output():
     ([*TILE_BODY, "return concat([s0, a], axis=0)"], "takes a pe tensor, got s0 @ dram"),
     ([*TILE_BODY, "z = concat([a, b], axis=1)", "return z"],
      "must return store\\(...\\) of its result, or concat\\(\\[...\\], axis\\) of stored tiles"),
-    ([*TILE_BODY[:3], f'c = load(x[4:8, 0:8], "(4,8)/((4_MAB),(8))")', "s1 = store(c)",
+    ([*TILE_BODY[:3], 'c = load(x[4:8, 0:8], "(4,8)/((4_MAB),(8))")', "s1 = store(c)",
       "return concat([s0, s1], axis=0)"], "stored tile 1 is f32\\[4,8\\]"),
 ], ids=["inputs", "mixed", "pe-concat-returned", "tiles-do-not-fit"])
 def test_only_stored_tiles_join_in_dram(body, message):
