@@ -27,11 +27,11 @@ def test_each_step_of_the_best_is_credited_to_its_proposer(make_run, best_cycles
     f = run_facts(make_run())
     steps = [(s["proposer"], s["cycles"], s["saved"]) for s in f["improvements"]]
     # chain 1's best of 5200 came after chain 0 reached 5000: not a step
-    assert steps == [("rewrite", 5000, 2588), ("llm", 3000, 2000),
+    assert steps == [("rewrite", 5000, 2652), ("llm", 3000, 2000),
                      ("mutate", best_cycles, 3000 - best_cycles)]
-    total = 7588 - best_cycles
+    total = 7652 - best_cycles
     p = f["proposers"]
-    assert p["rewrite"]["improvement_share"] == round(2588 / total, 4)
+    assert p["rewrite"]["improvement_share"] == round(2652 / total, 4)
     assert p["llm"]["improvement_share"] == round(2000 / total, 4)
     assert p["mutate"]["improvements"] == 1  # two 'best' outcomes, one step
     assert p["mutate"]["outcomes"]["best"] == 2
@@ -40,8 +40,8 @@ def test_each_step_of_the_best_is_credited_to_its_proposer(make_run, best_cycles
 
 def test_headline_numbers_come_from_best_leir_and_run_json(make_run, best_cycles):
     f = run_facts(make_run())
-    assert f["baseline_cycles"] == 7588 and f["best_cycles"] == best_cycles
-    assert f["speedup"] == round(7588 / best_cycles, 4)
+    assert f["baseline_cycles"] == 7652 and f["best_cycles"] == best_cycles
+    assert f["speedup"] == round(7652 / best_cycles, 4)
     assert f["roofline_share"] == round(1536 / best_cycles, 4)
     assert f["verified"] is True
     assert f["verification"]["recheck_seed"] == 104729
@@ -61,7 +61,7 @@ def test_status_reads_the_checkpoint_and_how_recently_the_run_wrote(make_run, fi
 
 def test_a_killed_run_is_read_up_to_its_cut_line(make_run, best_cycles):
     rd = make_run(finished=False, checkpoint={"elapsed_s": 2.0, "proposals": 3,
-                                              "finished": False, "best_cycles": 7588})
+                                              "finished": False, "best_cycles": 7652})
     events = rd / "events.jsonl"
     text = events.read_text()
     events.write_text(text + text.splitlines()[0][:25])  # kill -9 in mid-write
@@ -72,7 +72,7 @@ def test_a_killed_run_is_read_up_to_its_cut_line(make_run, best_cycles):
     assert f["status"] == "stopped"
     assert f["proposals"] == 11
     assert f["elapsed_s"] == 4.5  # the events are newer than the stale checkpoint
-    assert f["best_cycles"] == best_cycles  # best.leir, not the checkpoint's 7588
+    assert f["best_cycles"] == best_cycles  # best.leir, not the checkpoint's 7652
     assert any("cut short" in n for n in f["notes"])
     assert any("--resume" in n for n in f["notes"])
 
@@ -95,7 +95,7 @@ def test_a_failed_recheck_is_named(make_run, best_cycles):
     rd = make_run("recheck", best_text=baseline)  # the search puts the baseline back
     (rd / "counterexamples" / "recheck.npz").write_bytes(b"")
     f = run_facts(rd)
-    assert f["best_cycles"] == 7588
+    assert f["best_cycles"] == 7652
     assert f["notes"] == [f"the events record a best of {best_cycles} cycles that best.leir "
                           "does not hold: the final re-check failed (see "
                           "counterexamples/recheck.npz)"]
@@ -141,6 +141,6 @@ def test_a_machine_that_cannot_be_rebuilt_falls_back_to_stored_cycles(make_run, 
     f = run_facts(make_run(machine={"name": "odd", "warp": 9}, machine_name="odd"))
     assert any("cannot rebuild machine odd" in n for n in f["notes"])
     assert f["best_cycles"] == best_cycles  # from best.json
-    assert f["profiles"]["baseline"] == {"cycles": 7588, "ops": [], "resources": {},
+    assert f["profiles"]["baseline"] == {"cycles": 7652, "ops": [], "resources": {},
                                          "critical_path": []}
     assert render_html(f).count("<svg") == 4

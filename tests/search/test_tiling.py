@@ -1,8 +1,12 @@
 """tile_output: the output cut into blocks, each loaded, computed and stored on its own."""
 
+import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from stochopt import load_spec
+from stochopt.backend.emulate import emulate, random_inputs
 from stochopt.backend.cost import cost
 from stochopt.backend.machine import MNCORE2, SMALL
 from stochopt.errors import ConstraintError
@@ -10,6 +14,7 @@ from stochopt.leir import check, parse, render
 from stochopt.lower import lower
 from stochopt.search.tiling import tile_output, where_tile_output
 from stochopt.verify import check as verify
+from tests.strategies import kernels
 
 
 def lowered(name: str):
@@ -61,10 +66,6 @@ def test_work_that_mixes_the_tiled_axis_is_refused(name, site, why):
 
 
 def test_reductions_tile_along_the_axes_they_keep():
-    import numpy as np
-
-    from stochopt.backend.emulate import emulate
-
     text = '''def k(x: "f32[8,64] @ dram") -> "f32[64] @ dram":
     xs = load(x, "(8,64)/((2_L2B,4_MAB),(64))")
     return store(reduce_sum(xs, axis=0))
@@ -85,3 +86,22 @@ def test_only_a_single_store_is_tiled():
     _, kernel = lowered("vector_add")
     assert where_tile_output(kernel) == [(0, 2), (0, 4), (0, 8)]
     assert where_tile_output(tile_output(kernel, (0, 2), MNCORE2)) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(kernel=kernels(max_ops=10), data=st.data())
+def test_tiling_any_kernel_computes_the_same_values_or_refuses_clearly(kernel, data):
+    sites = where_tile_output(kernel)
+    assume(sites)
+    site = data.draw(st.sampled_from(sites))
+    try:
+        tiled = tile_output(kernel, site, SMALL)
+    except ConstraintError as e:
+        assert str(e).startswith(("cannot tile the output", "line")), str(e)
+        return
+    assert check(tiled, SMALL) == tiled and parse(render(tiled), "small") == tiled
+    inputs = random_inputs(kernel, seed=2, low=-2.0, high=2.0)
+    with np.errstate(all="ignore"):
+        want = emulate(kernel, inputs, SMALL, exact=True)
+        got = emulate(tiled, inputs, SMALL, exact=True)
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, equal_nan=True)
