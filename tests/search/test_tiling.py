@@ -6,8 +6,8 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from stochopt import load_spec
-from stochopt.backend.emulate import emulate, random_inputs
 from stochopt.backend.cost import cost
+from stochopt.backend.emulate import emulate, random_inputs
 from stochopt.backend.machine import MNCORE2, SMALL
 from stochopt.errors import ConstraintError
 from stochopt.leir import check, parse, render
