@@ -44,4 +44,5 @@ def summary_lines(r) -> list[str]:
         f"(stopped by {r.stopped_by}); best verified: {'yes' if r.verified else 'NO'}",
         f"best kernel: {r.best_path}",
         f"run directory: {r.run_dir}",
-    ] + [f"error: {e} (that chain stopped; the others went on)" for e in r.errors]
+    ] + [f"error: {e} (that chain stopped; the others went on)" for e in r.errors] + [
+        f"warning: {n}" for n in r.notes]

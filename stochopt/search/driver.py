@@ -139,6 +139,7 @@ class RunResult:
     tokens: int = 0
     cost_usd: float = 0.0
     errors: list[str] = field(default_factory=list)  # chains that stopped on an error
+    notes: list[str] = field(default_factory=list)   # e.g. a best that failed its re-check
 
     def to_json(self) -> dict:
         return asdict(self)

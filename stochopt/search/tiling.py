@@ -64,7 +64,7 @@ def tile_output(k: Kernel, site: tuple[int, int], machine) -> Kernel:
             n = _remap(n, placed[t])
         placed[t][i] = len(nodes)
         nodes.append(replace(n, attrs=tuple(_tile_attrs(k, i, ax, tiles).items()),
-                             name=f"{n.name}{t}" if n.name else ""))
+                             name=f"{n.name}_{t}" if n.name else ""))
 
     for i in loads:
         emit(0, i)

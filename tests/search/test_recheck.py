@@ -1,0 +1,59 @@
+"""The final re-check: a best that slipped through the full check gives way to the
+fastest earlier best that passes, never to nothing."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from stochopt import load_spec
+from stochopt.backend.cost import cost
+from stochopt.backend.machine import MNCORE2
+from stochopt.leir import parse, render
+from stochopt.lower import lower
+from stochopt.search.optimize import _recheck_best, _write_best
+
+ROOT = Path(__file__).resolve().parents[2]
+FAST = (ROOT / "docs" / "examples" / "softmax_fast.leir").read_text().replace(
+    "def kernel(", "def softmax(")
+WRONG = FAST.replace("store(e * r)", "store(e)")  # forgets to normalise
+PASSED = {"equivalent": True, "examples": 200, "seed": 0, "max_semantic_error": 0.0,
+          "max_precision_error": 0.1}
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    spec = load_spec(ROOT / "specs" / "softmax.py")
+    baseline = lower(spec)
+    (tmp_path / "counterexamples").mkdir()
+    # a best that (as if by a lucky full check) was written as verified
+    _write_best(tmp_path, parse(WRONG), spec, PASSED, MNCORE2, "search", 3.0, 0)
+    return tmp_path, spec, render(baseline)
+
+
+def entry(text: str) -> dict:
+    return {"cycles": cost(parse(text)).cycles, "text": text, "verdict": PASSED, "t": 1.0,
+            "chain": 0}
+
+
+def test_a_best_failing_its_recheck_gives_way_to_the_fastest_earlier_best(run_dir):
+    rd, spec, baseline = run_dir
+    wrong_cycles = json.loads((rd / "best.json").read_text())["cycles"]
+    note = _recheck_best(rd, spec, MNCORE2, 0, baseline,
+                         [entry(FAST), entry(baseline), entry(WRONG)])
+    assert note.startswith(f"the best kernel ({wrong_cycles} cycles) failed its final "
+                           "re-check")
+    assert note.endswith("best.leir holds the fastest earlier best that passes it "
+                         "(2270 cycles)")
+    assert parse((rd / "best.leir").read_text()) == parse(FAST)
+    best = json.loads((rd / "best.json").read_text())
+    assert best["cycles"] == 2270 and best["recheck"]["equivalent"]
+    assert (rd / "counterexamples" / "recheck.npz").is_file()
+
+
+def test_with_no_earlier_best_that_passes_the_baseline_comes_back(run_dir):
+    rd, spec, baseline = run_dir
+    note = _recheck_best(rd, spec, MNCORE2, 0, baseline, [entry(WRONG)])
+    assert note.endswith("no earlier best passes it, so best.leir is back to the baseline")
+    assert parse((rd / "best.leir").read_text()) == parse(baseline)
+    assert json.loads((rd / "best.json").read_text())["source"] == "start"
