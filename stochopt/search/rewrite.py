@@ -123,6 +123,24 @@ def relayout_instead_of_reload(k: Kernel, site, machine) -> Kernel:
     return rebuild(k, nodes, k.output, machine)
 
 
+def _where_store_parts(k: Kernel) -> list:
+    out = k.nodes[k.output]
+    if out.op == "store" and k.nodes[out.args[0]].op == "concat":
+        return [k.output]
+    return []
+
+
+def store_parts(k: Kernel, i: int, machine) -> Kernel:
+    nodes = list(k.nodes)
+    joined = nodes[nodes[i].args[0]]
+    stores = []
+    for part in joined.args:
+        nodes.append(_node("store", [part], {}, nodes[part].type))
+        stores.append(len(nodes) - 1)
+    nodes.append(_with(joined, args=tuple(stores), name=nodes[i].name))
+    return rebuild(k, nodes, len(nodes) - 1, machine)
+
+
 # -- dtypes -------------------------------------------------------------------------
 
 _PRECISION = {"bool": 0, "bf16": 1, "i32": 2, "f32": 3}
@@ -364,6 +382,10 @@ RULES: list[Rule] = [
     Rule("relayout_instead_of_reload", "load(x, B) after load(x, A) -> relayout(load(x, A), B): "
       "DRAM is read once, the second copy moves on chip",
          _where_relayout_instead_of_reload, relayout_instead_of_reload),
+    Rule("store_parts", "store(concat([a, b, ...], axis)) -> concat([store(a), store(b), "
+      "...], axis): each part is stored in its region of the output; no local copy, and "
+      "the parts may then be spread along the axis",
+         _where_store_parts, store_parts),
     Rule("drop_widening_cast_pair", "cast(cast(x, wider), dtype_of(x)) -> x (exact)",
          _where_drop_widening_cast_pair, drop_widening_cast_pair),
     Rule("bf16_matmul_operands", "matmul(cast(a16, f32), cast(b16, f32)) -> matmul(a16, b16): "
