@@ -35,7 +35,7 @@ def where_tile_output(k: Kernel) -> list[tuple[int, int]]:
     if out.op != "store":
         return []
     return [(axis, t) for axis, size in enumerate(out.type.shape) for t in TILE_COUNTS
-            if size % t == 0 and size // t >= 1]
+            if size % t == 0]
 
 
 def tile_output(k: Kernel, site: tuple[int, int], machine) -> Kernel:
