@@ -52,14 +52,6 @@ def shifted(index: int, position: int) -> int:
     return index + 1 if index >= position else index
 
 
-def users(nodes: list[Node]) -> list[list[int]]:
-    out: list[list[int]] = [[] for _ in nodes]
-    for i, n in enumerate(nodes):
-        for a in n.inputs:
-            out[a].append(i)
-    return out
-
-
 def common_subexpressions(nodes: list[Node], output: int) -> tuple[list[Node], int]:
     """Merge nodes that apply the same op to the same arguments (a load done twice)."""
     seen: dict[tuple, int] = {}

@@ -129,13 +129,15 @@ def _versions() -> dict:
 
 
 def _write_best(rd: Path, kernel, spec, verdict, machine, source: str, t: float = 0.0,
-                chain: int | None = None) -> None:
+                chain: int | None = None, recheck: dict | None = None) -> None:
     """best.json first, then best.leir: the kernel file is the commit point."""
     profile = cost(kernel, machine)
     facts = {"cycles": profile.cycles, "source": source, "t": t, "chain": chain,
              "profile": profile.to_json(), "verdict": verdict if isinstance(verdict, dict)
              else verdict.to_json(),
              "certificate": certificate(kernel, spec, _as_verdict(verdict), machine)}
+    if recheck is not None:
+        facts["recheck"] = recheck
     write_json(rd / "best.json", facts)
     atomic_write(rd / "best.leir", render(kernel))
 
@@ -281,9 +283,7 @@ def _recheck_best(rd: Path, spec, machine, seed: int, baseline_text: str,
         again = recheck(kernel)
         if again.equivalent:
             _write_best(rd, kernel, spec, entry["verdict"], machine, "search", entry["t"],
-                        entry["chain"])
-            kept = json.loads((rd / "best.json").read_text())
-            write_json(rd / "best.json", {**kept, "recheck": again.to_json()})
+                        entry["chain"], recheck=again.to_json())
             return f"{failed}; best.leir holds the fastest earlier best that passes it " \
                    f"({entry['cycles']} cycles)"
     base_verdict = check(baseline, spec, machine=machine, baseline=baseline, seed=seed)

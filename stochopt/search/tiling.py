@@ -54,17 +54,17 @@ def tile_output(k: Kernel, site: tuple[int, int], machine) -> Kernel:
     loads = [i for i in sorted(tax) if tax[i] is not WHOLE and k.nodes[i].op == "load"]
     work = [i for i in sorted(tax) if tax[i] is not WHOLE and k.nodes[i].op != "load"]
     placed: list[dict[int, int]] = [dict(whole) for _ in range(tiles)]
+    attrs = {i: tuple(_tile_attrs(k, i, tax[i], tiles).items()) for i in loads + work}
 
     def emit(t: int, i: int) -> None:
-        n, ax = k.nodes[i], tax[i]
+        n = k.nodes[i]
         if n.op == "load":
-            nodes.append(_dram_slice(k, i, ax, tiles, t, whole))
+            nodes.append(_dram_slice(k, i, tax[i], tiles, t, whole))
             n = replace(n, args=(len(nodes) - 1,))
         else:
             n = _remap(n, placed[t])
         placed[t][i] = len(nodes)
-        nodes.append(replace(n, attrs=tuple(_tile_attrs(k, i, ax, tiles).items()),
-                             name=f"{n.name}_{t}" if n.name else ""))
+        nodes.append(replace(n, attrs=attrs[i], name=f"{n.name}_{t}" if n.name else ""))
 
     for i in loads:
         emit(0, i)
@@ -198,6 +198,8 @@ def _dram_slice(k: Kernel, i: int, ax: int, tiles: int, t: int,
 
 
 def _remap(n: Node, mapping: dict[int, int]) -> Node:
+    """edit.remap, but strict: every argument of a tile's node must already be placed,
+    so a hole in the construction fails here rather than wiring an old index."""
     return replace(n, args=tuple(a if isinstance(a, Const) else mapping[a] for a in n.args))
 
 
