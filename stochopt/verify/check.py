@@ -11,6 +11,7 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import hypothesis
@@ -26,12 +27,14 @@ from stochopt.leir.render import render
 from stochopt.spec import Spec
 from stochopt.verify.compare import (
     Mismatch,
-    output_scale,
     precision_check,
     precision_ratio,
+    row_worst,
     semantic_error,
     tolerance,
 )
+from stochopt.verify.magnitude import magnitudes
+from stochopt.verify.ranges import Hazard, range_refusal
 from stochopt.verify.strategies import (
     Recipe,
     build_inputs,
@@ -148,56 +151,67 @@ class _Comparison:
         self.precision = 0.0
         self.count = 0
         self.typical_scale = typical_output_scale(spec)
+        self.last_score = 0.0  # the last input's worst error over its limit (inf: failed)
 
     def run(self, inputs: dict[str, np.ndarray]) -> Mismatch | None:
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise CheckInterrupted()
         self.count += 1
+        self.last_score = float("inf")
         ref = reference_output(self.spec, inputs)
         out_shape = self.kernel.output_type.shape
         if ref.shape != out_shape:
             raise StochoptError(f"the spec returns shape {ref.shape}, the kernel {out_shape}")
+        size = None if self.baseline is None else magnitudes(self.baseline, inputs, ref)
         sem, bad = semantic_error(emulate(self.kernel, inputs, self.machine, exact=True), ref,
-                                  self.typical_scale)
+                                  self.typical_scale, size)
         self.semantic = max(self.semantic, sem)
         if bad is not None:
             return bad
         got = emulate(self.kernel, inputs, self.machine)
         base = None if self.baseline is None else emulate(self.baseline, inputs, self.machine)
-        prec, bad = precision_check(got, ref, self.spec.output_dtype, self.spec.rtol,
-                                    self.spec.atol, base)
+        judge = partial(precision_check, got, ref, self.spec.output_dtype, self.spec.rtol,
+                        self.spec.atol, base, magnitude=size)
+        prec, bad = judge()
         if (bad is not None and bad.check == "precision" and base is not None
                 and self.spec.rtol is None and self.spec.atol is None):
             # one input is one sample of rounding luck, for the baseline too (all of a
             # constant input is one value): before refusing, take the baseline's worst
             # error on a few inputs near this one as well
             near = baseline_error_nearby(self.spec, self.baseline, inputs, self.machine)
-            prec, bad = precision_check(got, ref, self.spec.output_dtype, self.spec.rtol,
-                                        self.spec.atol, base, baseline_error=near)
+            prec, bad = judge(baseline_error=near)
         self.precision = max(self.precision, prec)
+        self.last_score = prec
         return bad
 
 
 def typical_output_scale(spec: Spec) -> float:
-    """The output's scale (largest finite magnitude) on a plain uniform input."""
-    return output_scale(reference_output(spec, random_spec_inputs(spec, 0)))
+    """The output's typical size on a plain uniform input: the median magnitude of its
+    finite elements (a median, so a minority of sentinels such as -1e30 does not move
+    it), 1 where that is 0."""
+    ref = np.abs(reference_output(spec, random_spec_inputs(spec, 0)))
+    finite = ref[np.isfinite(ref)]
+    typical = float(np.median(finite)) if finite.size else 0.0
+    return typical if typical > 0 else 1.0
 
 
 NEARBY_INPUTS = 4
 
 
 def baseline_error_nearby(spec: Spec, baseline: Kernel, inputs: dict[str, np.ndarray],
-                          machine, count: int = NEARBY_INPUTS) -> float:
-    """The baseline's worst precision error (a fraction of the tolerance) on `count`
-    inputs near these (strategies.nearby_inputs): the error level of the spec's own
-    formula around this input, which the input alone measures by luck of rounding."""
-    worst = 0.0
+                          machine, count: int = NEARBY_INPUTS) -> np.ndarray:
+    """The baseline's worst precision error (a fraction of the tolerance) per row (the
+    last axis) on `count` inputs near these (strategies.nearby_inputs): the error level
+    of the spec's own formula around this input, which the input alone measures by luck
+    of rounding."""
+    worst = np.zeros(())
     for i in range(count):
         x = nearby_inputs(spec, inputs, seed=i)
         ref = reference_output(spec, x)
-        tol = tolerance(ref, spec.output_dtype, spec.rtol, spec.atol)
-        ratio = precision_ratio(emulate(baseline, x, machine), ref, tol)
-        worst = max(worst, float(ratio.max()) if ratio.size else 0.0)
+        tol = tolerance(ref, spec.output_dtype, spec.rtol, spec.atol,
+                        magnitudes(baseline, x, ref))
+        worst = np.maximum(worst, row_worst(precision_ratio(emulate(baseline, x, machine),
+                                                           ref, tol)))
     return worst
 
 

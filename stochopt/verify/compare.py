@@ -28,6 +28,8 @@ ULP = {"f32": 2.0**-23, "bf16": 2.0**-7, "i32": 0.0, "bool": 0.0}
 # rounding noise: exp(x - c) with |x - c| up to 16 loses 4-6 ulps to the rounding of
 # its argument alone, so a floor of "a few" ulps would refuse such rewrites of softmax
 FLOOR_ULPS = 16
+# the semantic limit never falls below this fraction of the typical scale
+SEMANTIC_FLOOR = 1e-3
 
 
 @dataclass(frozen=True)
@@ -63,43 +65,57 @@ def nonfinite_mismatch(got: np.ndarray, ref: np.ndarray) -> Mismatch | None:
                     float("inf"), f"{int(bad.sum())} elements differ in nan/inf")
 
 
-def semantic_limit(ref: np.ndarray, typical_scale: float = 0.0) -> float:
-    """The largest |exact - reference| the semantic check lets through."""
-    return SEMANTIC_TOL * max(output_scale(np.asarray(ref, np.float64)), typical_scale)
+def semantic_limit(ref: np.ndarray, typical_scale: float = 0.0,
+                   magnitude: np.ndarray | None = None):
+    """The largest |exact - reference| the semantic check lets through: per element
+    SEMANTIC_TOL of its magnitude (magnitude.py), never below SEMANTIC_FLOOR of the
+    typical scale; without magnitudes, of the output's scale (its largest element)."""
+    if magnitude is None:
+        return SEMANTIC_TOL * max(output_scale(np.asarray(ref, np.float64)), typical_scale)
+    return SEMANTIC_TOL * np.maximum(magnitude, SEMANTIC_FLOOR * typical_scale)
 
 
-def semantic_error(got: np.ndarray, ref: np.ndarray, typical_scale: float = 0.0
-                   ) -> tuple[float, Mismatch | None]:
-    """Largest |exact - reference| over the output's scale, in units of SEMANTIC_TOL.
-
-    The scale is never taken below typical_scale (the output's scale on a plain uniform
-    input): the float64 reference has rounding of its own, and where an input makes the
-    output tiny by cancellation (gelu's 1 + tanh(z) far in the tail, on a constant
-    input) that rounding is far more than 1e-9 of the tiny output."""
+def semantic_error(got: np.ndarray, ref: np.ndarray, typical_scale: float = 0.0,
+                   magnitude: np.ndarray | None = None) -> tuple[float, Mismatch | None]:
+    """Largest |exact - reference| over its limit (semantic_limit), in units of
+    SEMANTIC_TOL: above 1 fails. The floor matters where an input makes the output tiny
+    by cancellation (gelu's 1 + tanh(z) far in the tail): the float64 reference has
+    rounding of its own there, far more than 1e-9 of the tiny output."""
     bad = nonfinite_mismatch(got, ref)
     if bad is not None:
         return float("inf"), Mismatch("semantics", bad.index, bad.expected, bad.got,
                                       float("inf"), bad.detail)
     g, r = np.asarray(got, np.float64), np.asarray(ref, np.float64)
     finite = np.isfinite(r)
-    with np.errstate(invalid="ignore"):  # inf - inf where both are inf: masked out
-        err = np.where(finite, np.abs(g - r), 0.0) / semantic_limit(r, typical_scale)
+    limit = semantic_limit(r, typical_scale, magnitude)
+    with np.errstate(invalid="ignore", divide="ignore"):  # inf - inf where both are inf
+        diff = np.where(finite, np.abs(g - r), 0.0)
+        err = np.where(diff == 0, 0.0, diff / limit)
+    err = np.nan_to_num(err, nan=np.inf, posinf=np.inf)
     worst = float(err.max()) if err.size else 0.0
     if worst <= 1.0:
         return worst, None
     idx = np.unravel_index(int(np.argmax(err)), err.shape)
+    what = "of scale" if magnitude is None else "of the element's magnitude"
     return worst, Mismatch("semantics", tuple(int(i) for i in idx), float(r[idx]),
                            float(g[idx]), worst,
-                           f"{worst:.3g}x the semantic tolerance of {SEMANTIC_TOL:g} of scale")
+                           f"{worst:.3g}x the semantic tolerance of {SEMANTIC_TOL:g} {what}")
 
 
-def tolerance(ref: np.ndarray, dtype: str, rtol: float | None, atol: float | None):
-    """Per-element allowed error: the spec's rtol/atol, or the dtype's default."""
+def tolerance(ref: np.ndarray, dtype: str, rtol: float | None, atol: float | None,
+              magnitude: np.ndarray | None = None):
+    """Per-element allowed error: the spec's rtol/atol, or the dtype's default with its
+    atol a fraction of the element's local scale (of the output's scale without
+    magnitudes)."""
     r = np.abs(np.asarray(ref, np.float64))
     if rtol is not None or atol is not None:
         return (atol or 0.0) + (rtol or 0.0) * r
     d_rtol, d_atol = DEFAULT_TOL[dtype]
-    return d_atol * output_scale(ref) + d_rtol * r
+    return d_atol * _scale(ref, magnitude) + d_rtol * r
+
+
+def _scale(ref: np.ndarray, magnitude: np.ndarray | None):
+    return output_scale(ref) if magnitude is None else local_scale(ref, magnitude)
 
 
 def precision_ratio(got: np.ndarray, ref: np.ndarray, tol: np.ndarray) -> np.ndarray:
@@ -113,64 +129,115 @@ def precision_ratio(got: np.ndarray, ref: np.ndarray, tol: np.ndarray) -> np.nda
     return np.nan_to_num(ratio, nan=np.inf, posinf=np.inf)
 
 
-def floor_ratio(ref: np.ndarray, dtype: str, tol: np.ndarray) -> np.ndarray:
+def row_worst(ratio: np.ndarray) -> np.ndarray:
+    """The largest ratio of each row (the last axis), kept as an axis of size 1."""
+    ratio = np.asarray(ratio, np.float64)
+    if ratio.ndim == 0:
+        return ratio
+    if ratio.size == 0:
+        return np.zeros(ratio.shape[:-1] + (1,))
+    return ratio.max(axis=-1, keepdims=True)
+
+
+def floor_ratio(ref: np.ndarray, dtype: str, tol: np.ndarray,
+                magnitude: np.ndarray | None = None) -> np.ndarray:
     """Rounding noise that no kernel need beat, whatever the baseline achieved, as a
     fraction of each element's tolerance: FLOOR_ULPS units in the last place of the
-    output's scale. Of the scale, not of the element, because the rounding of a sum or
-    a dot product follows the size of its terms, not of its possibly cancelled result."""
-    ulps = FLOOR_ULPS * ULP[dtype] * output_scale(ref)
+    element's local scale (local_scale; the output's scale without magnitudes)."""
+    ulps = FLOOR_ULPS * ULP[dtype] * _scale(ref, magnitude)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(tol > 0, ulps / np.where(tol > 0, tol, 1.0), np.inf)
 
 
+def local_scale(ref: np.ndarray, magnitude: np.ndarray) -> np.ndarray:
+    """The scale an element's precision is judged at: the largest finite |reference| in
+    its row (the last axis), since a sum or a dot product rounds at the size of its
+    terms and not of its possibly cancelled result -- but no more than the element's
+    magnitude (magnitude.py), so a sentinel elsewhere in the row that is not among the
+    element's terms opens nothing; and never less than |reference| itself. Not the
+    magnitude alone: it also counts cancellation that a division amplifies (layernorm's
+    x - mean over sqrt(eps) on a constant row), which the baseline rounds far better.
+    Where the whole row is 0, the magnitude stands in."""
+    r = np.abs(np.asarray(ref, np.float64))
+    row = row_worst(np.where(np.isfinite(r), r, 0.0))
+    row = np.where(row > 0, row, magnitude)  # a row of zeros: its terms are all we know
+    return np.maximum(np.where(np.isfinite(r), r, 0.0), np.minimum(row, magnitude))
+
+
 def precision_allowance(ref: np.ndarray, dtype: str, rtol: float | None, atol: float | None,
-                        baseline: np.ndarray | None, baseline_error: float = 0.0):
-    """(tolerance, allowed fraction of it, why) per element: what precision_check lets
-    through on this input. It depends only on the input, so screening computes it once."""
-    tol = tolerance(ref, dtype, rtol, atol)
+                        baseline: np.ndarray | None, baseline_error=0.0,
+                        magnitude: np.ndarray | None = None):
+    """(tolerance, allowed fraction of it, the baseline's worst error per row) per
+    element: what precision_check lets through on this input. It depends only on the
+    input, so screening computes it once. baseline_error: the baseline's worst error on
+    nearby inputs, a number or one per row."""
+    tol = tolerance(ref, dtype, rtol, atol, magnitude)
     allowed = np.ones_like(tol)
-    why = "the tolerance"
+    base_worst = None
     if rtol is None and atol is None and baseline is not None:
-        base_ratio = precision_ratio(baseline, ref, tol)
-        base_worst = max(float(base_ratio.max()) if base_ratio.size else 0.0,
-                         baseline_error)
-        # twice the baseline's error, capped at the tolerance -- unless the baseline is
-        # itself past the tolerance on this input (an ill-conditioned input, such as
-        # gelu's 1 + tanh(z) near -1 or layernorm's x - mean on a constant row): then
-        # no worse than twice the baseline, or the baseline could not pass itself. A
-        # baseline that is not finite where the reference is sets no limit: the
-        # tolerance does.
-        ill = 1.0 < base_worst < np.inf
-        twice = 2.0 * base_worst if base_worst < np.inf else 1.0
-        allowed = np.maximum(twice, floor_ratio(ref, dtype, tol))
-        if not ill:
-            allowed = np.minimum(1.0, allowed)
-        why = (f"twice the baseline's error ({base_worst:.3g} of tolerance), which is past "
-               "the tolerance on this input" if ill else
-               f"the tolerance or twice the baseline's error "
-               f"({base_worst:.3g} of tolerance), whichever is smaller")
-    return tol, allowed, why
+        # twice the baseline's error in the same row (the last axis), capped at the
+        # tolerance -- unless the baseline is itself past the tolerance in that row on
+        # this input (an ill-conditioned input, such as gelu's 1 + tanh(z) near -1 or
+        # layernorm's x - mean on a constant row): then no worse than twice the
+        # baseline, or the baseline could not pass itself. A baseline that is not
+        # finite where the reference is sets no limit: the tolerance does. Per row, so
+        # a row where the baseline is poor opens no other row's limit.
+        base_worst = np.maximum(row_worst(precision_ratio(baseline, ref, tol)),
+                                baseline_error)
+        ill = (1.0 < base_worst) & (base_worst < np.inf)
+        twice = np.where(base_worst < np.inf, 2.0 * base_worst, 1.0)
+        allowed = np.maximum(twice, floor_ratio(ref, dtype, tol, magnitude))
+        allowed = np.where(ill, allowed, np.minimum(1.0, allowed))
+    return tol, allowed, base_worst
+
+
+def _why(base_worst, idx: tuple) -> str:
+    if base_worst is None:
+        return "the tolerance"
+    rows = np.asarray(base_worst, np.float64)
+    row = float(rows[idx[:-1] + (0,)]) if rows.ndim else float(rows)
+    if 1.0 < row < np.inf:
+        return (f"twice the baseline's error in this row ({row:.3g} of tolerance), which "
+                "is past the tolerance on this input")
+    return (f"the tolerance or twice the baseline's error in this row ({row:.3g} of "
+            "tolerance), whichever is smaller")
 
 
 def precision_check(got: np.ndarray, ref: np.ndarray, dtype: str, rtol: float | None,
                     atol: float | None, baseline: np.ndarray | None,
-                    baseline_error: float = 0.0) -> tuple[float, Mismatch | None]:
+                    baseline_error=0.0, magnitude: np.ndarray | None = None
+                    ) -> tuple[float, Mismatch | None]:
     """Largest error as a fraction of what is allowed (> 1 fails), and the worst element
     when the check fails. baseline_error: the baseline's worst error (as a fraction of
-    the tolerance) on inputs near this one, taken when larger than its error here."""
-    bad = nonfinite_mismatch(got, ref)
-    if bad is not None:
-        return float("inf"), bad
-    tol, allowed, why = precision_allowance(ref, dtype, rtol, atol, baseline, baseline_error)
-    ratio = precision_ratio(got, ref, tol)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        over = np.where(ratio == 0, 0.0, ratio / allowed)
+    the tolerance) on inputs near this one, per row or in all, taken when larger than
+    its error here."""
+    over = precision_excess(got, ref, dtype, rtol, atol, baseline, baseline_error, magnitude)
+    if isinstance(over, Mismatch):
+        return float("inf"), over
     worst = float(over.max()) if over.size else 0.0
     if worst <= 1.0:
         return worst, None
     idx = np.unravel_index(int(np.argmax(over)), over.shape)
+    tol, _, base_worst = precision_allowance(ref, dtype, rtol, atol, baseline,
+                                             baseline_error, magnitude)
+    ratio = precision_ratio(got, ref, tol)
     g, r = np.asarray(got, np.float64), np.asarray(ref, np.float64)
     return worst, Mismatch("precision", tuple(int(i) for i in idx), float(r[idx]),
                            float(g[idx]), worst,
                            f"error is {float(ratio[idx]):.3g} of the tolerance, more than "
-                           f"{why}")
+                           f"{_why(base_worst, idx)}")
+
+
+def precision_excess(got: np.ndarray, ref: np.ndarray, dtype: str, rtol: float | None,
+                     atol: float | None, baseline: np.ndarray | None, baseline_error=0.0,
+                     magnitude: np.ndarray | None = None) -> np.ndarray | Mismatch:
+    """Per element, the error as a fraction of what is allowed (> 1 fails), or the
+    non-finite mismatch. The local search over inputs climbs on this."""
+    bad = nonfinite_mismatch(got, ref)
+    if bad is not None:
+        return bad
+    tol, allowed, _ = precision_allowance(ref, dtype, rtol, atol, baseline, baseline_error,
+                                          magnitude)
+    ratio = precision_ratio(got, ref, tol)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(ratio == 0, 0.0, ratio / allowed)
