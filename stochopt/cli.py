@@ -215,7 +215,7 @@ def _print_verdict(kernel_path: str, spec, verdict) -> None:
     console.print(f"  expected {m.expected!r}\n  got      {m.got!r}\n  {m.detail}",
                   highlight=False)
     if cex.recipes:
-        console.print("  input: " + ", ".join(f"{n} = {r.pattern} (seed {r.seed})"
+        console.print("  input: " + ", ".join(f"{n} = {r.describe()}"
                                               for n, r in cex.recipes.items()), highlight=False)
     if cex.path:
         console.print(f"  saved the input to {cex.path}; replay with --inputs {cex.path}",

@@ -25,6 +25,7 @@ BF16 = np.dtype(ml_dtypes.bfloat16)
 def emulate(kernel: Kernel, inputs: Mapping[str, np.ndarray], machine=None,
             exact: bool = False) -> np.ndarray:
     """The kernel's output for these inputs (native dtype, or float64 when exact)."""
+    check_emulation_memory(kernel)
     values: list[np.ndarray | None] = [None] * len(kernel.nodes)
     last_use = _last_uses(kernel)
     with np.errstate(all="ignore"):
@@ -44,6 +45,38 @@ def emulate(kernel: Kernel, inputs: Mapping[str, np.ndarray], machine=None,
                 if last_use[a] == i and a != kernel.output:
                     values[a] = None
     return values[kernel.output]
+
+
+# the most memory one emulation may need (bytes); STOCHOPT_EMULATION_MEMORY overrides
+EMULATION_MEMORY = 4 << 30
+
+
+def check_emulation_memory(kernel: Kernel, budget: int | None = None) -> int:
+    """The bytes an emulation of the kernel may hold at once, or a StochoptError before
+    any of it is allocated when that is past the budget. Counted as float64 (exact mode),
+    every value live from its op to its last use, plus the largest op's operands and
+    result held together twice (numpy's temporaries); summed first, since that bound
+    almost always passes at once."""
+    import os
+
+    if budget is None:
+        budget = int(os.environ.get("STOCHOPT_EMULATION_MEMORY", EMULATION_MEMORY))
+    sizes = [8 * n.type.numel for n in kernel.nodes]
+    if 3 * sum(sizes) <= budget:
+        return 3 * sum(sizes)
+    last = _last_uses(kernel)
+    live, peak = 0, 0
+    for i, node in enumerate(kernel.nodes):
+        live += sizes[i]
+        operands = sum(sizes[a] for a in node.inputs)
+        peak = max(peak, live + 2 * (operands + sizes[i]))
+        live -= sum(sizes[a] for a in set(node.inputs) if last[a] == i and a != kernel.output)
+    if peak > budget:
+        raise StochoptError(
+            f"emulating kernel {kernel.name} needs about {peak / 2**30:.1f} GiB, past the "
+            f"emulation memory budget of {budget / 2**30:.1f} GiB",
+            hint="use smaller tensors, or raise STOCHOPT_EMULATION_MEMORY (bytes)")
+    return peak
 
 
 def _last_uses(kernel: Kernel) -> list[int]:

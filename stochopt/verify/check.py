@@ -19,12 +19,13 @@ import ml_dtypes
 import numpy as np
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 
-from stochopt.backend.emulate import emulate
+from stochopt.backend.emulate import check_emulation_memory, emulate
 from stochopt.backend.machine import load_machine
 from stochopt.errors import StochoptError
 from stochopt.leir.ir import Kernel
 from stochopt.leir.render import render
 from stochopt.spec import Spec
+from stochopt.verify.climb import climb
 from stochopt.verify.compare import (
     Mismatch,
     precision_check,
@@ -33,11 +34,13 @@ from stochopt.verify.compare import (
     semantic_error,
     tolerance,
 )
+from stochopt.verify.hunting import kernel_boundaries
 from stochopt.verify.magnitude import magnitudes
 from stochopt.verify.ranges import Hazard, range_refusal
 from stochopt.verify.strategies import (
     Recipe,
     build_inputs,
+    hunting_recipes,
     input_recipes,
     nearby_inputs,
     random_spec_inputs,
@@ -61,7 +64,7 @@ class Counterexample:
     def describe(self) -> str:
         text = self.mismatch.describe()
         if self.recipes:
-            text += "; input " + ", ".join(f"{n}={r.pattern}(seed {r.seed})"
+            text += "; input " + ", ".join(f"{n}={r.describe()}"
                                            for n, r in self.recipes.items())
         return text
 
@@ -86,12 +89,14 @@ class Verdict:
     elapsed_s: float = 0.0
     warnings: list[str] = field(default_factory=list)
     interrupted: bool = False  # stopped at its deadline: neither proved nor refuted
+    range_refusal: str | None = None  # the static range analysis refused the kernel
 
     def to_json(self) -> dict:
         out = {"equivalent": self.equivalent, "examples": self.examples, "seed": self.seed,
                "max_semantic_error": _finite(self.max_semantic_error),
                "max_precision_error": _finite(self.max_precision_error),
-               "elapsed_s": round(self.elapsed_s, 3), "warnings": self.warnings}
+               "elapsed_s": round(self.elapsed_s, 3), "warnings": self.warnings,
+               "range_refusal": self.range_refusal}
         if self.counterexample:
             m = self.counterexample.mismatch
             out["counterexample"] = {"check": m.check, "index": list(m.index),
@@ -152,6 +157,8 @@ class _Comparison:
         self.count = 0
         self.typical_scale = typical_output_scale(spec)
         self.last_score = 0.0  # the last input's worst error over its limit (inf: failed)
+        self.best_score = -1.0  # the largest last_score of a passing input, and the input
+        self.best_inputs: dict[str, np.ndarray] | None = None
 
     def run(self, inputs: dict[str, np.ndarray]) -> Mismatch | None:
         if self.deadline is not None and time.monotonic() > self.deadline:
@@ -182,6 +189,8 @@ class _Comparison:
             prec, bad = judge(baseline_error=near)
         self.precision = max(self.precision, prec)
         self.last_score = prec
+        if bad is None and prec > self.best_score:
+            self.best_score, self.best_inputs = prec, inputs
         return bad
 
 
@@ -215,59 +224,122 @@ def baseline_error_nearby(spec: Spec, baseline: Kernel, inputs: dict[str, np.nda
     return worst
 
 
+# inputs of a full check spent on the local search over inputs: a share of the
+# examples, at most CLIMB_STEPS
+CLIMB_SHARE, CLIMB_STEPS = 0.1, 20
+# inputs tried for a concrete counterexample to a kernel the range analysis refused
+WITNESS_TRIES = 24
+
+
 def check(kernel: Kernel, spec: Spec, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0,
           machine=None, baseline: Kernel | None = None,
           extra_inputs: list[dict[str, np.ndarray]] | None = None,
           structured: bool = True, deadline: float | None = None) -> Verdict:
-    """Full equivalence check: structured cases, extra inputs, then hypothesis draws.
+    """Full equivalence check: the static range analysis, then the structured and
+    hunting cases, extra inputs, hypothesis draws and a short local search over inputs.
 
     ``deadline`` (time.monotonic) stops the check early with ``interrupted`` set."""
     if not isinstance(examples, int) or isinstance(examples, bool) or examples < 1:
         raise StochoptError(f"examples must be a positive integer, got {examples!r}")
     machine = load_machine(machine)
     check_signature(kernel, spec)
+    check_fits(kernel, machine)
     if baseline is None:
         from stochopt.lower import lower
         baseline = lower(spec, machine)
     start = time.perf_counter()
+    hazard = range_refusal(kernel, baseline, spec)
     cmp = _Comparison(kernel, spec, baseline, machine, deadline)
+    cuts = kernel_boundaries(kernel, spec)
     try:
-        return _check(cmp, kernel, spec, examples, seed, extra_inputs, structured, start)
+        if hazard is not None:
+            return _refused_by_range(cmp, hazard, spec, seed, extra_inputs, structured,
+                                     cuts, start)
+        return _check(cmp, spec, examples, seed, extra_inputs, structured, cuts, start)
     except CheckInterrupted:
         return Verdict(False, cmp.count, seed, cmp.semantic, cmp.precision, None,
                        time.perf_counter() - start, interrupted=True)
 
 
-def _check(cmp, kernel, spec, examples, seed, extra_inputs, structured, start) -> Verdict:
+def check_fits(kernel: Kernel, machine) -> None:
+    """The constraints `stochopt run` applies: a kernel that does not fit the machine's
+    PE memory raises the same ConstraintError, and one whose emulation would pass the
+    emulation memory budget a StochoptError, before any input is built."""
+    from stochopt.backend.cost import cost
+
+    check_emulation_memory(kernel)
+    cost(kernel, machine)
+
+
+def _fixed_inputs(spec, structured, extra_inputs, cuts) -> list:
+    """(recipes or None, inputs): the structured and hunting cases, then extra inputs."""
+    fixed = [(r, build_inputs(spec, r, cuts))
+             for r in structured_recipes(spec) + hunting_recipes(spec)] if structured else []
+    return [(None, x) for x in extra_inputs or []] + fixed
+
+
+def _refused_by_range(cmp, hazard: Hazard, spec, seed, extra_inputs, structured, cuts,
+                      start) -> Verdict:
+    """Refused without an input; for the user, look a little for one that shows it."""
+    tried = _fixed_inputs(spec, structured, extra_inputs, cuts)[:WITNESS_TRIES]
+    found = None
+    for recipes, inputs in tried:
+        bad = cmp.run(inputs)
+        if bad is not None:
+            found = Counterexample(bad, inputs, recipes)
+            break
+    if found is None:
+        recipes, inputs = tried[0] if tried else (None, random_spec_inputs(spec, seed))
+        found = Counterexample(Mismatch("range", (), float("nan"), float("nan"),
+                                        float("inf"), hazard.describe()), inputs, recipes)
+    return Verdict(False, cmp.count, seed, cmp.semantic, cmp.precision, found,
+                   time.perf_counter() - start, range_refusal=hazard.describe())
+
+
+def _check(cmp, spec, examples, seed, extra_inputs, structured, cuts, start) -> Verdict:
 
     def verdict(bad: Counterexample | None) -> Verdict:
         return Verdict(bad is None, cmp.count, seed, cmp.semantic, cmp.precision, bad,
                        time.perf_counter() - start)
 
-    fixed = [(r, build_inputs(spec, r)) for r in structured_recipes(spec)][:examples] \
-        if structured else []
-    fixed += [(None, x) for x in extra_inputs or []]
+    fixed = _fixed_inputs(spec, structured, extra_inputs, cuts)
+    fixed = fixed[:max(examples, len(extra_inputs or []))]
     for recipes, inputs in fixed:
         bad = cmp.run(inputs)
         if bad is not None:
             return verdict(Counterexample(bad, inputs, recipes))
-    remaining = examples - len(fixed)
-    if remaining <= 0:
-        return verdict(None)
+    steps = min(CLIMB_STEPS, int(CLIMB_SHARE * examples)) if structured else 0
+    remaining = examples - len(fixed) - steps
+    if remaining > 0:
+        bad = _draw(cmp, spec, remaining, seed, cuts)
+        if bad is not None:
+            return verdict(bad)
+    steps = examples - cmp.count if structured else 0
+    if steps > 0 and cmp.best_inputs is not None:
+        found = climb(cmp, spec, cmp.best_inputs, steps, seed, cuts)
+        if found is not None:
+            return verdict(Counterexample(*found))
+    return verdict(None)
+
+
+def _draw(cmp, spec, count: int, seed: int, cuts) -> Counterexample | None:
+    """Hypothesis draws of recipes, steered by target() towards larger errors; the
+    failure found, shrunk to its simplest recipe."""
     failures: list[Counterexample] = []
 
-    @settings(max_examples=remaining, database=None, deadline=None, derandomize=False,
-              suppress_health_check=list(HealthCheck), print_blob=False, report_multiple_bugs=False,
-              verbosity=Verbosity.quiet,
-              phases=(Phase.generate, Phase.shrink))
+    @settings(max_examples=count, database=None, deadline=None, derandomize=False,
+              suppress_health_check=list(HealthCheck), print_blob=False,
+              report_multiple_bugs=False, verbosity=Verbosity.quiet,
+              phases=(Phase.generate, Phase.target, Phase.shrink))
     @hypothesis.seed(seed)
     @given(input_recipes(spec))
     def property_(recipes):
-        inputs = build_inputs(spec, recipes)
+        inputs = build_inputs(spec, recipes, cuts)
         bad = cmp.run(inputs)
         if bad is not None:
             failures.append(Counterexample(bad, inputs, recipes))
             raise AssertionError(bad.describe())
+        hypothesis.target(float(min(cmp.last_score, 1e6)), label="error over its limit")
 
     try:
         property_()
@@ -275,7 +347,7 @@ def _check(cmp, kernel, spec, examples, seed, extra_inputs, structured, start) -
         pass
     except hypothesis.errors.HypothesisException as e:
         raise StochoptError(f"the input generator failed: {e}") from None
-    return verdict(failures[-1] if failures else None)
+    return failures[-1] if failures else None
 
 
 def sha256_text(text: str) -> str:

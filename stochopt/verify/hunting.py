@@ -186,6 +186,24 @@ def link_inputs(spec: Spec, arrays: dict[str, np.ndarray], link: str,
     return out
 
 
+def _alignable(sa: tuple[int, ...], sb: tuple[int, ...]) -> bool:
+    return len(sa) >= 2 and len(sb) == len(sa) and sa[:-2] == sb[:-2] and sa[-1] == sb[-1]
+
+
+def link_applies(spec: Spec, link: str) -> bool:
+    """Whether the spec has inputs that this link relates (so a linked case differs)."""
+    floats = [t.shape for t in spec.inputs.values() if t.dtype in ("f32", "bf16")]
+    masks = [t.shape for t in spec.inputs.values() if t.dtype == "bool"]
+    pairs = [(a, b) for i, a in enumerate(floats) for j, b in enumerate(floats) if i != j]
+    if link == "equal":
+        return any(a == b for a, b in pairs)
+    aligned = [(a, b) for a, b in pairs if _alignable(a, b)]
+    if link == "aligned":
+        return bool(aligned)
+    return any(m in floats for m in masks) or any(
+        m == a[:-1] + (b[-2],) for m in masks for a, b in aligned)
+
+
 def _aligned(spec: Spec, out: dict, floats: list[str], masks: list[str], rng,
              top_only: bool | None = None) -> dict:
     """q[..., i, :] set to a multiple of k[..., j_i, :] (same leading axes and last
@@ -194,7 +212,7 @@ def _aligned(spec: Spec, out: dict, floats: list[str], masks: list[str], rng,
     for a in floats:
         for b in floats:
             sa, sb = spec.inputs[a].shape, spec.inputs[b].shape
-            if a == b or len(sa) < 2 or sa[:-2] != sb[:-2] or sa[-1] != sb[-1]:
+            if not _alignable(sa, sb) or a == b:
                 continue
             m, n = sa[-2], sb[-2]
             kb = np.asarray(out[b], np.float64)

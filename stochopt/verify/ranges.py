@@ -464,3 +464,16 @@ def range_facts(kernel: Kernel, spec: Spec) -> RangeFacts:
 
 def _key(hazard: Hazard) -> tuple:
     return (hazard.kind, hazard.op, hazard.name, hazard.line)
+
+
+def slice_views(kernel: Kernel) -> list[tuple[str, tuple]]:
+    """(input name, bounds in the input's coordinates) for every slice the kernel takes
+    of an input, through loads, relayouts and widening casts: where it cuts its data."""
+    analysis = _Analysis(kernel, {})
+    analysis.run()
+    out = []
+    for i, node in enumerate(kernel.nodes):
+        base, bounds = analysis.views[i]
+        if node.op == "slice" and kernel.nodes[base].op == "input":
+            out.append((kernel.nodes[base].attr("name"), bounds))
+    return out

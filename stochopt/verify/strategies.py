@@ -15,6 +15,14 @@ from hypothesis import strategies as st
 
 from stochopt.leir.types import native_dtype
 from stochopt.spec import Spec, TensorSpec
+from stochopt.verify.hunting import (
+    HUNT_PATTERNS,
+    LINKS,
+    Boundaries,
+    hunt_tensor,
+    link_applies,
+    link_inputs,
+)
 
 FLOAT_PATTERNS = ("uniform", "constant_rows", "extremes", "zeros", "outlier", "one_hot",
                   "ties", "small_ints", "constant")
@@ -24,10 +32,15 @@ BOOL_PATTERNS = ("random", "all_false_rows", "all_true_rows", "all_true", "all_f
 
 @dataclass(frozen=True)
 class Recipe:
-    """How to build one tensor: a pattern, a density or fraction, and a numpy seed."""
+    """How to build one tensor: a pattern, a density or fraction, and a numpy seed;
+    `link` (hunting.LINKS), when set, also makes other inputs from this one."""
     pattern: str
     seed: int
     fraction: float = 0.5
+    link: str = ""
+
+    def describe(self) -> str:
+        return f"{self.pattern}(seed {self.seed})" + (f"+{self.link}" if self.link else "")
 
 
 FRACTIONS = (0.5, 0.1, 0.9, 0.25)
@@ -47,9 +60,14 @@ def _one_of(options: tuple) -> st.SearchStrategy:
     return _bits(8).map(lambda i: options[i % len(options)])
 
 
+# drawn links: mostly none, so most draws are independent inputs
+DRAWN_LINKS = ("",) * 4 + LINKS
+
+
 def tensor_recipes(t: TensorSpec) -> st.SearchStrategy[Recipe]:
-    patterns = BOOL_PATTERNS if t.dtype == "bool" else FLOAT_PATTERNS
-    return st.builds(Recipe, _one_of(patterns), _bits(32), _one_of(FRACTIONS))
+    patterns = BOOL_PATTERNS if t.dtype == "bool" else FLOAT_PATTERNS + HUNT_PATTERNS
+    return st.builds(Recipe, _one_of(patterns), _bits(32), _one_of(FRACTIONS),
+                     _one_of(DRAWN_LINKS))
 
 
 def input_recipes(spec: Spec) -> st.SearchStrategy[dict[str, Recipe]]:
@@ -68,12 +86,50 @@ def structured_recipes(spec: Spec) -> list[dict[str, Recipe]]:
     return out
 
 
-def build_inputs(spec: Spec, recipes: dict[str, Recipe]) -> dict[str, np.ndarray]:
-    """Expand recipes into arrays in each input's dtype, inside its [low, high]."""
-    return {n: build_tensor(spec.inputs[n], r) for n, r in recipes.items()}
+def hunting_recipes(spec: Spec) -> list[dict[str, Recipe]]:
+    """The hunting cases every check runs after the structured ones (hunting.py): each
+    hunting pattern on every float input (near_overflow only where a range reaches
+    |x| >= 80), then each correlation of inputs that the spec's inputs allow."""
+    out = []
+    reach = any(max(abs(t.bounds[0]), abs(t.bounds[1])) >= 80 for t in spec.inputs.values()
+                if t.dtype in ("f32", "bf16"))
+    for i, pattern in enumerate(HUNT_PATTERNS):
+        if pattern == "near_overflow" and not reach:
+            continue
+        out.append(_all_inputs(spec, pattern, "random", 2000 + i))
+    for i, link in enumerate(LINKS):
+        case = _all_inputs(spec, "uniform", "random", 3000 + i)
+        first = next(iter(case))
+        case[first] = Recipe(case[first].pattern, case[first].seed, link=link)
+        if link_applies(spec, link):
+            out.append(case)
+    return out
 
 
-def build_tensor(t: TensorSpec, r: Recipe) -> np.ndarray:
+def _all_inputs(spec: Spec, float_pattern: str, bool_pattern: str,
+                seed: int) -> dict[str, Recipe]:
+    return {n: Recipe(bool_pattern if t.dtype == "bool" else float_pattern, seed + 100 * j)
+            for j, (n, t) in enumerate(spec.inputs.items())}
+
+
+def build_inputs(spec: Spec, recipes: dict[str, Recipe],
+                 boundaries: Boundaries | None = None) -> dict[str, np.ndarray]:
+    """Expand recipes into arrays in each input's dtype, inside its [low, high];
+    boundaries (hunting.kernel_boundaries) place the hunting patterns' extremes."""
+    out = {n: build_tensor(spec.inputs[n], r, (boundaries or {}).get(n))
+           for n, r in recipes.items()}
+    for r in recipes.values():
+        if r.link:
+            linked = link_inputs(spec, out, r.link, np.random.default_rng(r.seed + 1))
+            for n, x in linked.items():
+                if x is not out[n]:
+                    t = spec.inputs[n]
+                    out[n] = x if t.dtype == "bool" else representable(
+                        np.asarray(x, np.float64), t.dtype, *t.bounds)
+    return out
+
+
+def build_tensor(t: TensorSpec, r: Recipe, cuts=None) -> np.ndarray:
     rng = np.random.default_rng(r.seed)
     shape = t.shape
     rows = shape[0] if len(shape) > 1 else 1
@@ -82,6 +138,9 @@ def build_tensor(t: TensorSpec, r: Recipe) -> np.ndarray:
     lo, hi = t.bounds
     if t.dtype == "i32":
         lo, hi = int(np.ceil(lo)), int(np.floor(hi))
+    if r.pattern in HUNT_PATTERNS:
+        x = hunt_tensor(r.pattern, rng, shape, lo, hi, cuts)
+        return representable(x, t.dtype, lo, hi)
     x = rng.uniform(lo, hi, shape)
     flat_rows = x.reshape(rows, -1)
     p = r.pattern
@@ -108,7 +167,7 @@ def build_tensor(t: TensorSpec, r: Recipe) -> np.ndarray:
         x = np.clip(rng.integers(-3, 4, shape).astype(np.float64), lo, hi)
     elif p == "constant":
         x = np.full(shape, rng.uniform(lo, hi))
-    return _representable(np.asarray(x, dtype=np.float64).reshape(shape), t.dtype, lo, hi)
+    return representable(np.asarray(x, dtype=np.float64).reshape(shape), t.dtype, lo, hi)
 
 
 def _bool_tensor(r: Recipe, rng, shape) -> np.ndarray:
@@ -134,7 +193,7 @@ def _clip(v: float, lo: float, hi: float) -> float:
     return float(min(max(v, lo), hi))
 
 
-def _representable(x: np.ndarray, dtype: str, lo: float, hi: float) -> np.ndarray:
+def representable(x: np.ndarray, dtype: str, lo: float, hi: float) -> np.ndarray:
     """Round to the dtype, keeping every value inside [low, high]."""
     native = native_dtype(dtype)
     if dtype == "i32":
@@ -169,7 +228,7 @@ def nearby_inputs(spec: Spec, inputs: dict[str, np.ndarray], seed: int,
         unit = 2.0**-23 if t.dtype == "f32" else 2.0**-7
         x64 = np.asarray(x, np.float64)
         moved = x64 * (1.0 + max(spread, 2 * unit) * rng.uniform(-1, 1, x64.shape))
-        out[name] = _representable(moved, t.dtype, *t.bounds)
+        out[name] = representable(moved, t.dtype, *t.bounds)
     return out
 
 
