@@ -60,6 +60,9 @@ class Counterexample:
     inputs: dict[str, np.ndarray]
     recipes: dict[str, Recipe] | None = None
     path: str | None = None  # the .npz the inputs were saved to
+    # which inputs found it: "given input", "structured case", "hunting case", "draw",
+    # "local search", or "range analysis" (refused statically, no input shown wrong)
+    found_by: str = ""
 
     def describe(self) -> str:
         text = self.mismatch.describe()
@@ -102,6 +105,7 @@ class Verdict:
             out["counterexample"] = {"check": m.check, "index": list(m.index),
                                      "expected": _finite(m.expected), "got": _finite(m.got),
                                      "detail": m.detail, "inputs_npz": self.counterexample.path,
+                                     "found_by": self.counterexample.found_by,
                                      "description": self.counterexample.describe()}
         return out
 
@@ -272,10 +276,14 @@ def check_fits(kernel: Kernel, machine) -> None:
 
 
 def _fixed_inputs(spec, structured, extra_inputs, cuts) -> list:
-    """(recipes or None, inputs): the structured and hunting cases, then extra inputs."""
-    fixed = [(r, build_inputs(spec, r, cuts))
-             for r in structured_recipes(spec) + hunting_recipes(spec)] if structured else []
-    return [(None, x) for x in extra_inputs or []] + fixed
+    """(recipes or None, inputs, kind): the given inputs, then the structured and
+    hunting cases."""
+    given = [(None, x, "given input") for x in extra_inputs or []]
+    if not structured:
+        return given
+    return given + [(r, build_inputs(spec, r, cuts), "structured case")
+                    for r in structured_recipes(spec)] + [
+        (r, build_inputs(spec, r, cuts), "hunting case") for r in hunting_recipes(spec)]
 
 
 def _refused_by_range(cmp, hazard: Hazard, spec, seed, extra_inputs, structured, cuts,
@@ -283,15 +291,17 @@ def _refused_by_range(cmp, hazard: Hazard, spec, seed, extra_inputs, structured,
     """Refused without an input; for the user, look a little for one that shows it."""
     tried = _fixed_inputs(spec, structured, extra_inputs, cuts)[:WITNESS_TRIES]
     found = None
-    for recipes, inputs in tried:
+    for recipes, inputs, kind in tried:
         bad = cmp.run(inputs)
         if bad is not None:
-            found = Counterexample(bad, inputs, recipes)
+            found = Counterexample(bad, inputs, recipes, found_by=f"range analysis; {kind}")
             break
     if found is None:
-        recipes, inputs = tried[0] if tried else (None, random_spec_inputs(spec, seed))
+        recipes, inputs, _ = tried[0] if tried else (None, random_spec_inputs(spec, seed),
+                                                     "")
         found = Counterexample(Mismatch("range", (), float("nan"), float("nan"),
-                                        float("inf"), hazard.describe()), inputs, recipes)
+                                        float("inf"), hazard.describe()), inputs, recipes,
+                               found_by="range analysis")
     return Verdict(False, cmp.count, seed, cmp.semantic, cmp.precision, found,
                    time.perf_counter() - start, range_refusal=hazard.describe())
 
@@ -304,10 +314,10 @@ def _check(cmp, spec, examples, seed, extra_inputs, structured, cuts, start) -> 
 
     fixed = _fixed_inputs(spec, structured, extra_inputs, cuts)
     fixed = fixed[:max(examples, len(extra_inputs or []))]
-    for recipes, inputs in fixed:
+    for recipes, inputs, kind in fixed:
         bad = cmp.run(inputs)
         if bad is not None:
-            return verdict(Counterexample(bad, inputs, recipes))
+            return verdict(Counterexample(bad, inputs, recipes, found_by=kind))
     steps = min(CLIMB_STEPS, int(CLIMB_SHARE * examples)) if structured else 0
     remaining = examples - len(fixed) - steps
     if remaining > 0:
@@ -318,7 +328,7 @@ def _check(cmp, spec, examples, seed, extra_inputs, structured, cuts, start) -> 
     if steps > 0 and cmp.best_inputs is not None:
         found = climb(cmp, spec, cmp.best_inputs, steps, seed, cuts)
         if found is not None:
-            return verdict(Counterexample(*found))
+            return verdict(Counterexample(*found, found_by="local search"))
     return verdict(None)
 
 
@@ -337,7 +347,7 @@ def _draw(cmp, spec, count: int, seed: int, cuts) -> Counterexample | None:
         inputs = build_inputs(spec, recipes, cuts)
         bad = cmp.run(inputs)
         if bad is not None:
-            failures.append(Counterexample(bad, inputs, recipes))
+            failures.append(Counterexample(bad, inputs, recipes, found_by="draw"))
             raise AssertionError(bad.describe())
         hypothesis.target(float(min(cmp.last_score, 1e6)), label="error over its limit")
 

@@ -42,7 +42,8 @@ def _read_corpus_kernel(path: Path) -> CorpusKernel:
     spec, baseline = _spec_and_baseline(spec_line.group(1))
     examples = re.search(r"^# examples: (\d+)$", text, re.M)
     why = " ".join(line[2:] for line in text.splitlines()[1:]
-                   if line.startswith("# ") and not line.startswith("# examples:"))
+                   if line.startswith("# ") and not line.startswith(("# examples:",
+                                                                      "# witness:")))
     return CorpusKernel(path, parse(text), spec, baseline, why,
                         int(examples.group(1)) if examples else None)
 

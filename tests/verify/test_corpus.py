@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from stochopt.verify import check
+from tests.verify.witness import witness_inputs
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 WRONG = sorted((CORPUS / "wrong").glob("*.leir"))
@@ -26,15 +27,31 @@ WRONG_EXAMPLES = 40
 # every kernel at 200.
 EQUIVALENT_EXAMPLES = {"softmax": 200, "softmax_wide": 200, "rotary": 200, "matmul": 100}
 EQUIVALENT_DEFAULT = 40
+# specs whose inputs are cheap enough for the fast tier; the rest is marked slow
+FAST_SPECS = {"softmax", "softmax_wide", "rotary", "vector_add", "attention_scores",
+              "logsumexp_wide", "row_variance", "masked_max_sentinel",
+              "masked_softmax_wide", "masked_scale"}
+# the red-team corpus: wrong kernels with a '# witness:' line (a legal input where
+# they are wrong, replayable with --inputs)
+RED_TEAM = [p for p in WRONG if "# witness:" in p.read_text()]
 
 
 def _spec_of(path: Path) -> str:
     return path.stem.split("__")[0]
 
 
+def _tiered(paths: list[Path], seeds=(0,)) -> list:
+    """One case per kernel and seed; slow unless seed 0 of a spec with cheap inputs."""
+    return [pytest.param(p, seed, id=f"{p.stem}-seed{seed}",
+                         marks=() if seed == 0 and _spec_of(p) in FAST_SPECS
+                         else pytest.mark.slow)
+            for p in paths for seed in seeds]
+
+
 def test_the_corpora_are_large_and_spread_over_many_specs():
     assert len(WRONG) >= 25 and len({_spec_of(p) for p in WRONG}) >= 8
     assert len(EQUIVALENT) >= 15 and len({_spec_of(p) for p in EQUIVALENT}) >= 6
+    assert len(RED_TEAM) >= 30 and len({_spec_of(p) for p in RED_TEAM}) >= 6
 
 
 @pytest.mark.parametrize("path", WRONG + EQUIVALENT + BORDERLINE,
@@ -45,15 +62,18 @@ def test_every_corpus_kernel_names_its_spec_and_says_why(path, read_corpus):
     assert len(entry.why) > 10, f"{path.name}: say what is wrong or why it is equivalent"
 
 
-@pytest.mark.parametrize("path", WRONG, ids=lambda p: p.stem)
-def test_wrong_kernel_is_refused_with_a_counterexample(path, read_corpus):
+@pytest.mark.parametrize("path, seed", _tiered(WRONG, seeds=(0, 1, 2)))
+def test_wrong_kernel_is_refused_with_a_counterexample(path, seed, read_corpus):
     entry = read_corpus(path)
     verdict = check(entry.kernel, entry.spec, examples=entry.examples or WRONG_EXAMPLES,
-                    baseline=entry.baseline)
+                    baseline=entry.baseline, seed=seed)
     assert not verdict.equivalent, f"{path.name} was accepted: {entry.why}"
     cex = verdict.counterexample
-    assert cex is not None
+    assert cex is not None and cex.found_by
     m = cex.mismatch
+    if m.check == "range":  # refused statically, and no input tried showed it
+        assert verdict.range_refusal and m.index == () and "line" in m.detail
+        return
     assert m.check in ("semantics", "precision", "non-finite")
     shape = entry.kernel.output_type.shape
     assert len(m.index) == len(shape)
@@ -66,11 +86,26 @@ def test_wrong_kernel_is_refused_with_a_counterexample(path, read_corpus):
     assert set(cex.inputs) == set(entry.spec.inputs)
 
 
-@pytest.mark.parametrize("path", EQUIVALENT, ids=lambda p: p.stem)
-def test_equivalent_kernel_is_accepted(path, read_corpus):
+@pytest.mark.parametrize("path", RED_TEAM, ids=lambda p: p.stem)
+def test_red_team_kernel_is_wrong_on_its_witness_input(path):
+    """The witness is a legal input (inside the spec's ranges) on which the kernel's
+    output really differs: replayed alone, without the range analysis's help."""
+    inputs, kernel, spec = witness_inputs(path)
+    for name, x in inputs.items():
+        lo, hi = spec.inputs[name].bounds
+        assert np.all((np.asarray(x, np.float64) >= lo) & (np.asarray(x, np.float64) <= hi))
+    verdict = check(kernel, spec, examples=1, extra_inputs=[inputs], structured=False)
+    assert not verdict.equivalent
+    assert verdict.counterexample.mismatch.check in ("semantics", "precision", "non-finite")
+    assert verdict.counterexample.found_by.endswith("given input")
+
+
+@pytest.mark.parametrize("path, seed", _tiered(EQUIVALENT))
+def test_equivalent_kernel_is_accepted(path, seed, read_corpus):
     entry = read_corpus(path)
     examples = entry.examples or EQUIVALENT_EXAMPLES.get(entry.spec.name, EQUIVALENT_DEFAULT)
-    verdict = check(entry.kernel, entry.spec, examples=examples, baseline=entry.baseline)
+    verdict = check(entry.kernel, entry.spec, examples=examples, baseline=entry.baseline,
+                    seed=seed)
     assert verdict.equivalent, (f"{path.name} was refused: "
                                 f"{verdict.counterexample.describe()}")
     assert verdict.examples == examples
@@ -91,6 +126,7 @@ def test_equivalent_kernel_is_accepted(path, read_corpus):
     ("rotary__concat_swapped", "semantics"),
     ("mla_decode__pe_term_dropped", "semantics"),
 ])
+@pytest.mark.slow
 def test_the_right_check_refuses_each_kind_of_wrong_kernel(name, check_name, read_corpus):
     entry = read_corpus(CORPUS / "wrong" / f"{name}.leir")
     verdict = check(entry.kernel, entry.spec, examples=WRONG_EXAMPLES, baseline=entry.baseline)
