@@ -206,22 +206,27 @@ def link_applies(spec: Spec, link: str) -> bool:
 
 def _aligned(spec: Spec, out: dict, floats: list[str], masks: list[str], rng,
              top_only: bool | None = None) -> dict:
-    """q[..., i, :] set to a multiple of k[..., j_i, :] (same leading axes and last
-    axis), so score (i, j_i) dominates its row; a mask of shape (..., m, n) then keeps
-    only that score (top_only True), every score but it (False), or is left alone."""
+    """q[..., i, :] and k[..., j_i, :] (same leading axes and last axis) set to the
+    corners of their ranges with equal signs, so score (i, j_i) dominates its row; a
+    mask of shape (..., m, n) then keeps only that score (top_only True), every score
+    but it (False), or is left alone."""
     for a in floats:
         for b in floats:
             sa, sb = spec.inputs[a].shape, spec.inputs[b].shape
             if not _alignable(sa, sb) or a == b:
                 continue
             m, n = sa[-2], sb[-2]
-            kb = np.asarray(out[b], np.float64)
+            kb = np.asarray(out[b], np.float64).copy()
             pick = rng.integers(n, size=sa[:-2] + (m,))
             rows = np.take_along_axis(kb, pick[..., None], axis=-2)
-            lo, hi = spec.inputs[a].bounds
-            peak = np.abs(rows).max(axis=-1, keepdims=True)
-            scale = min(abs(lo), abs(hi)) / np.where(peak > 0, peak, 1.0)
-            out[a] = np.clip(rows * scale, lo, hi)
+            signs = np.where(rows < 0, -1.0, 1.0)
+            # k's picked rows and q's rows at the corners of their ranges, signs alike:
+            # their dot product is the largest any row of k can reach
+            lo_b, hi_b = spec.inputs[b].bounds
+            lo_a, hi_a = spec.inputs[a].bounds
+            np.put_along_axis(kb, pick[..., None], np.where(signs > 0, hi_b, lo_b), axis=-2)
+            out[b] = kb
+            out[a] = np.where(signs > 0, hi_a, lo_a)
             for name in masks:
                 if top_only is None or spec.inputs[name].shape != sa[:-1] + (n,):
                     continue
