@@ -183,7 +183,8 @@ def verify(kernel_path: str, spec_path: str | None, name: str | None, examples: 
     verdict = check(kernel, spec, examples=1 if extra else examples, seed=seed, machine=m,
                     extra_inputs=extra, structured=extra is None)
     verdict.warnings.extend(degenerate_warnings(spec))
-    if verdict.counterexample is not None and inputs_npz is None:
+    cex = verdict.counterexample
+    if cex is not None and inputs_npz is None and cex.mismatch.check != "range":
         verdict.counterexample.save(cex_path or f"{Path(kernel_path).stem}.counterexample.npz")
     if as_json:
         facts = verdict.to_json()
@@ -211,6 +212,12 @@ def _print_verdict(kernel_path: str, spec, verdict) -> None:
     cex = verdict.counterexample
     m = cex.mismatch
     console.print(f"[bold red]NOT EQUIVALENT[/]  {head}", highlight=False)
+    if verdict.range_refusal:
+        console.print(f"  range analysis: {verdict.range_refusal}", highlight=False)
+        if m.check == "range":
+            console.print("  (no input tried showed it; the analysis holds for every input "
+                          "inside the spec's ranges)", highlight=False)
+            return
     console.print(f"  {m.check} check failed at index {list(m.index)}", highlight=False)
     console.print(f"  expected {m.expected!r}\n  got      {m.got!r}\n  {m.detail}",
                   highlight=False)

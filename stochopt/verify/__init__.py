@@ -9,7 +9,8 @@ from stochopt.verify.check import (
                                    reference_output,
 )
 from stochopt.verify.degenerate import degenerate_warnings
+from stochopt.verify.ranges import range_facts
 from stochopt.verify.screening import ScreeningSet
 
 __all__ = ["check", "Verdict", "Counterexample", "certificate", "check_signature",
-           "reference_output", "degenerate_warnings", "ScreeningSet"]
+           "reference_output", "degenerate_warnings", "ScreeningSet", "range_facts"]

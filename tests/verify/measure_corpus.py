@@ -1,12 +1,16 @@
 """Measure the verifier on its corpora at the full default check (docs/verification.md).
 
     python tests/verify/measure_corpus.py [--examples 200] [--seeds 0 1 2] [--timing-runs 3]
-                                          [--timing-only]
+                                          [--timing-only] [--compare-with CHECKOUT]
 
-Prints the kill rate (wrong kernels refused / total), the false rejections (equivalent
-kernels refused, per seed), and the time of a full check of the baseline kernel on
-softmax and on mla_decode. Not a test: it takes minutes, and its times depend on the
-machine (see the note on OPENBLAS_NUM_THREADS in docs/verification.md).
+Prints the kill rate (wrong kernels refused / total, per seed) with the defence that
+refused each (the static range analysis, or the check that failed and which inputs
+showed it), the false rejections (equivalent kernels refused, per seed), and the time
+of a full check of the baseline kernel on softmax and on mla_decode. With
+--compare-with (a git worktree of an older commit) the timings of both checkouts run
+side by side, alternating, each in its own process. Not a test: it takes minutes, and
+its times depend on the machine (see the note on OPENBLAS_NUM_THREADS in
+docs/verification.md).
 """
 
 from __future__ import annotations
@@ -15,15 +19,19 @@ import argparse
 import os
 import re
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
-from stochopt.leir import parse
-from stochopt.lower import lower
-from stochopt.spec import load_spec
-from stochopt.verify import check
-
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))  # this checkout's stochopt, not an installed one
+
+from stochopt.leir import parse  # noqa: E402
+from stochopt.lower import lower  # noqa: E402
+from stochopt.spec import load_spec  # noqa: E402
+from stochopt.verify import check  # noqa: E402
+
 CORPUS = Path(__file__).resolve().parent / "corpus"
 
 
@@ -42,6 +50,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--timing-runs", type=int, default=3)
     parser.add_argument("--timing-only", action="store_true", help="skip the corpora")
+    parser.add_argument("--compare-with", type=Path, default=None,
+                        help="an older checkout to time side by side")
     args = parser.parse_args()
     cache: dict = {}
     print(f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS', '(unset)')}, "
@@ -49,23 +59,44 @@ def main() -> None:
 
     if not args.timing_only:
         _corpora(args, cache)
-    _timing(args)
+    if args.timing_runs > 0:
+        _timing(args)
+
+
+def _defence(v) -> str:
+    """Which defence refused a kernel: the range analysis, or the failed check and the
+    inputs that showed it."""
+    cex = v.counterexample
+    if v.range_refusal:
+        return "range analysis" + (f" (then {cex.mismatch.check}, {cex.found_by[16:]})"
+                                   if cex.mismatch.check != "range" else "")
+    return f"{cex.mismatch.check}, {cex.found_by}"
 
 
 def _corpora(args, cache: dict) -> None:
     wrong = sorted((CORPUS / "wrong").glob("*.leir"))
-    refused, by_check = 0, {}
+    accepted: dict[int, list[str]] = {seed: [] for seed in args.seeds}
+    by_defence: dict[str, int] = {}
     for path in wrong:
         kernel, spec, baseline = _read(path, cache)
-        v = check(kernel, spec, examples=args.examples, seed=args.seeds[0], baseline=baseline)
-        if not v.equivalent:
-            refused += 1
-            m = v.counterexample.mismatch
-            by_check[m.check] = by_check.get(m.check, 0) + 1
-        print(f"  wrong      {path.stem:45s} {'refused' if not v.equivalent else 'ACCEPTED'}"
-              f"  after {v.examples} inputs"
-              + (f"  ({v.counterexample.mismatch.check})" if v.counterexample else ""))
-    print(f"kill rate: {refused}/{len(wrong)} refused; by check: {by_check}")
+        line = []
+        for seed in args.seeds:
+            v = check(kernel, spec, examples=args.examples, seed=seed, baseline=baseline)
+            if v.equivalent:
+                accepted[seed].append(path.stem)
+                line.append(f"seed {seed} ACCEPTED")
+                continue
+            line.append(f"seed {seed} after {v.examples}")
+            if seed == args.seeds[0]:
+                kind = _defence(v)
+                by_defence[kind] = by_defence.get(kind, 0) + 1
+                line.append(kind)
+        red = "red-team" if "# witness:" in path.read_text() else "old"
+        print(f"  wrong {red:8s} {path.stem:48s} " + "; ".join(line), flush=True)
+    for seed in args.seeds:
+        print(f"kill rate (seed {seed}): {len(wrong) - len(accepted[seed])}/{len(wrong)} "
+              f"refused; accepted: {accepted[seed]}")
+    print(f"defences (seed {args.seeds[0]}): {by_defence}")
 
     equivalent = sorted((CORPUS / "equivalent").glob("*.leir"))
     for seed in args.seeds:
@@ -79,23 +110,49 @@ def _corpora(args, cache: dict) -> None:
                 rejected.append(path.stem)
             print(f"  equivalent {path.stem:45s} {'accepted' if v.equivalent else 'REFUSED'}"
                   f"  seed {seed}  {took:6.2f} s  precision {v.max_precision_error:.3f}"
-                  + (f"  {v.counterexample.describe()}" if v.counterexample else ""))
+                  + (f"  {v.counterexample.describe()}" if v.counterexample else ""),
+                  flush=True)
         print(f"false rejections (seed {seed}): {len(rejected)}/{len(equivalent)} {rejected}")
 
 
+# one full check of a baseline (lowering included) with the stochopt of a checkout, in
+# a fresh interpreter so that no other checkout's stochopt is already imported
+_TIME_ONE = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from stochopt.lower import lower
+from stochopt.spec import load_spec
+from stochopt.verify import check
+spec = load_spec(sys.argv[2])
+start = time.perf_counter()
+verdict = check(lower(spec), spec, examples=int(sys.argv[3]))
+took = time.perf_counter() - start
+assert verdict.equivalent
+print(f"{took:.4f}")
+"""
+
+
 def _timing(args) -> None:
+    checkouts = [("this checkout", REPO)]
+    if args.compare_with is not None:
+        checkouts.append((str(args.compare_with), args.compare_with))
     for name in ("softmax", "mla_decode"):
-        spec = load_spec(REPO / "specs" / f"{name}.py")
-        kernel = lower(spec)
-        times = []
+        times: dict[str, list[float]] = {label: [] for label, _ in checkouts}
         for _ in range(args.timing_runs):
-            start = time.perf_counter()  # the whole check, lowering the baseline included
-            v = check(kernel, spec, examples=args.examples)
-            times.append(time.perf_counter() - start)
-            assert v.equivalent
-        print(f"full check of the {name} baseline, {args.examples} examples: median "
-              f"{statistics.median(times):.2f} s over {len(times)} runs "
-              f"({', '.join(f'{t:.2f}' for t in times)})")
+            for label, checkout in checkouts:  # alternating, so load hits both alike
+                out = subprocess.run([sys.executable, "-c", _TIME_ONE,
+                                      str(Path(checkout).resolve()),
+                                      str(REPO / "specs" / f"{name}.py"), str(args.examples)],
+                                     capture_output=True, text=True, check=True)
+                times[label].append(float(out.stdout.split()[-1]))
+        for label, values in times.items():
+            print(f"full check of the {name} baseline, {args.examples} examples, {label}: "
+                  f"median {statistics.median(values):.2f} s over {len(values)} runs "
+                  f"({', '.join(f'{t:.2f}' for t in values)})")
+        if len(checkouts) == 2:
+            ratio = statistics.median(times[checkouts[0][0]]) / statistics.median(
+                times[checkouts[1][0]])
+            print(f"  ratio this / {checkouts[1][0]}: {ratio:.2f}x")
 
 
 if __name__ == "__main__":
