@@ -2,8 +2,9 @@
 
 Native mode keeps every value in its dtype: bf16 through ml_dtypes, f32 math in
 float32; sums and matmul accumulate in the machine's order, fixed by the operand's layout
-(backend/numerics.py), never by numpy's memory order. Exact mode runs everything in float64 with no rounding, so the verifier can tell
-wrong math from rounding. Nothing is kept between calls.
+(backend/numerics.py), never by numpy's memory order. Exact mode runs everything in
+float64 with no rounding, so the verifier can tell wrong math from rounding. Nothing is
+kept between calls.
 """
 
 from __future__ import annotations
