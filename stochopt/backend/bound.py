@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from math import ceil
 
-from stochopt.backend.cost import op_work, peak_rates, roofline_inputs
+from stochopt.backend.cost import op_work, peak_rates, roofline_cycles, roofline_inputs
 from stochopt.backend.machine import Machine, load_machine
 from stochopt.leir.ir import Kernel
 from stochopt.leir.ops import CONTRACTION, ELEMENTWISE, OPS, REDUCTION
@@ -34,23 +34,26 @@ def least_op_cycles(op: str, machine: Machine) -> int:
 
 
 def bound_cycles(dram_bytes: int, transfers: int, flops_by_unit: dict[str, int],
-                 chain_cycles: int, machine: Machine) -> int:
+                 chain_cycles: int | None, machine: Machine) -> int:
     """The least cycles of a kernel that moves ``dram_bytes`` in at least ``transfers``
-    DMA transfers (one load per input, one store), does this arithmetic after its first
+    DMA transfers (one load per input, one store) and does this arithmetic after its first
     load lands and before its last store, along a dependent chain of at least
-    ``chain_cycles``. The larger of:
+    ``chain_cycles`` (None: nothing it stores depends on a load). The largest of:
 
+    - roofline: bytes over the chip's bandwidth, FLOPs over the peak rates;
     - stream:   the DMA queue runs every byte at the chip's bandwidth plus each transfer's
                 issue cycles, and the last transfer then flies ``latency["dma"]``;
     - pipeline: the first load (issue + flight), the compute (its FLOPs at peak, or the
                 chain, whichever is longer), then the last store (issue + flight).
     """
     issue, flight = machine.dma_issue, machine.latency["dma"]
+    roofline = roofline_cycles(dram_bytes, flops_by_unit, machine)
     stream = ceil(dram_bytes / machine.dram_bytes_per_cycle - 1e-9) + transfers * issue + flight
+    if chain_cycles is None:
+        return max(roofline, stream)
     peak = peak_rates(machine)
     compute = max([chain_cycles] + [ceil(f / peak[u] - 1e-9) for u, f in flops_by_unit.items()])
-    pipeline = 2 * (issue + flight) + compute
-    return max(stream, pipeline)
+    return max(roofline, stream, 2 * (issue + flight) + compute)
 
 
 def _after_a_load(kernel: Kernel) -> list[bool]:
@@ -87,18 +90,19 @@ def bound_of_kernel(kernel: Kernel, machine: Machine | str | None = None) -> int
     reads and one store, and its live arithmetic and dependent chain."""
     machine = load_machine(machine)
     works = op_work(kernel, machine)
-    nbytes, _ = roofline_inputs(kernel, works)
+    nbytes, all_flops = roofline_inputs(kernel, works)
     live = _after_a_load(kernel)
     flops = {"vector": 0, "matrix": 0}
     for w, alive in zip(works, live, strict=True):
         if alive and w.stages and w.stages[0][0] in flops:
             flops[w.stages[0][0]] += w.flops
-    read = {_source(kernel, n.inputs[0]) for n, alive in zip(kernel.nodes, live, strict=True)
-            if alive and n.op == "load"}
-    if not read:  # nothing loaded (a stored constant): one store, its issue and flight
-        return machine.dma_issue + machine.latency["dma"]
-    chain = chain_cycles(((n.op, n.inputs) for n in kernel.nodes), machine, live)
-    return bound_cycles(nbytes, len(read) + 1, flops, chain, machine)
+    read = {_source(kernel, n.inputs[0]) for n in kernel.nodes if n.op == "load"}
+    chain = None
+    if any(alive and n.op == "load" for n, alive in zip(kernel.nodes, live, strict=True)):
+        chain = chain_cycles(((n.op, n.inputs) for n in kernel.nodes), machine, live)
+    # the roofline term takes every op's FLOPs (dead ones too: they still run)
+    bound = bound_cycles(nbytes, len(read) + 1, flops, chain, machine)
+    return max(bound, roofline_cycles(nbytes, all_flops, machine))
 
 
 def _source(kernel: Kernel, i: int) -> int:

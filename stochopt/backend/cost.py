@@ -33,7 +33,8 @@ class OpProfile:
     flops: int
     units: int
     stages: tuple[tuple[str, int, int], ...] = ()  # (resource, start, end) of each stage
-    links: tuple[tuple[str, int, int], ...] = ()   # (link class, start, end) it carried
+    links: tuple[tuple[str, int, int, int], ...] = ()  # (link class, start, end, cycles of
+    #                                                    work spread evenly over start..end)
 
 
 @dataclass(frozen=True)
@@ -206,6 +207,45 @@ def _out_of_memory(kernel: Kernel, i: int, nbytes: int, memory: _Memory,
         hint="spread values over more of the tree, use bf16, or end their use sooner")
 
 
+class _Links:
+    """What each link class carries over time: reservations (start, end, rate), rate the
+    fraction of the link's bandwidth in use. A transfer of w cycles of link work over a
+    stage of c cycles uses w / c of it throughout, so DMA and tree traffic share one
+    budget per link and the rates on a link never add up to more than 1."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, list[tuple[int, int, float]]] = {}
+
+    def forget(self, before: int) -> None:
+        """No moving stage starts before ``before`` any more: drop what ended by then."""
+        for link, spans in self.held.items():
+            self.held[link] = [r for r in spans if r[1] > before]
+
+    def _fits(self, at: int, cycles: int, uses: tuple[tuple[str, int], ...]) -> bool:
+        for link, work in uses:
+            spans = [r for r in self.held.get(link, ()) if r[0] < at + cycles and r[1] > at]
+            if not spans:
+                continue
+            rate = work / cycles
+            # the most in use at once over [at, at + cycles): checked where a span starts
+            points = [at] + [r[0] for r in spans if r[0] > at]
+            if any(sum(r[2] for r in spans if r[0] <= p < r[1]) + rate > 1 + 1e-9
+                   for p in points):
+                return False
+        return True
+
+    def earliest(self, t: int, cycles: int, uses: tuple[tuple[str, int], ...]) -> int:
+        """The earliest start >= t at which every link has room for the whole stage."""
+        if self._fits(t, cycles, uses):
+            return t
+        ends = sorted({r[1] for link, _ in uses for r in self.held.get(link, ()) if r[1] > t})
+        return next(e for e in ends if self._fits(e, cycles, uses))
+
+    def reserve(self, at: int, cycles: int, uses: tuple[tuple[str, int], ...]) -> None:
+        for link, work in uses:
+            self.held.setdefault(link, []).append((at, at + cycles, work / cycles))
+
+
 # ---------------------------------------------------------------------------------
 # the scheduler
 # ---------------------------------------------------------------------------------
@@ -249,7 +289,8 @@ def _schedule(kernel: Kernel, works: list[Work], inputs: list[tuple[int, ...]],
     for i in range(count - 1, -1, -1):
         later[i] = later[i + 1] | (bit[works[i].stages[0][0]] if works[i].stages else 0)
 
-    free = dict.fromkeys(RESOURCES + LINKS, 0)
+    free = dict.fromkeys(RESOURCES, 0)
+    links = _Links()
     busy = dict.fromkeys(RESOURCES, 0)
     link_busy = dict.fromkeys(LINKS, 0)
     start, end, release = [0] * count, [0] * count, [0] * count
@@ -270,22 +311,19 @@ def _schedule(kernel: Kernel, works: list[Work], inputs: list[tuple[int, ...]],
         ran = []
         for resource, cycles in w.stages:
             t = max(t, free[resource])
-            done = t + cycles
             if w.links and resource in ("dma", "tree"):
-                # the moving stage: each link class it uses carries its work in FIFO order,
-                # so DMA and tree traffic share one budget per link
-                moved = []
+                # the moving stage: it starts once every link it uses has room for its
+                # share of that link next to what other transfers already carry there
+                links.forget(min(free["dma"], free["tree"]))
+                t = links.earliest(t, cycles, w.links)
+                links.reserve(t, cycles, w.links)
+                carried[i] = tuple((link, t, t + cycles, work) for link, work in w.links)
                 for link, work in w.links:
-                    at = max(t, free[link])
-                    free[link] = at + work
                     link_busy[link] += work
-                    moved.append((link, at, at + work))
-                    done = max(done, at + work)
-                carried[i] = tuple(moved)
-            ran.append((resource, t, done))
-            free[resource] = done
-            busy[resource] += done - t
-            t = done
+            ran.append((resource, t, t + cycles))
+            free[resource] = t + cycles
+            busy[resource] += cycles
+            t += cycles
         stages[i] = tuple(ran)
         t += w.latency  # a DMA transfer in flight: its queue is already free
         end[i] = release[i] = t

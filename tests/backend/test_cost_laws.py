@@ -61,18 +61,19 @@ def _check_laws(kernel, machine):
 
 
 def _check_links(profile):
-    """No link class carries more than its bandwidth over any interval: the spans in
-    which ops use a link never overlap (each span is the op's bytes on the busiest unit
-    of that class at the full rate), and a moving stage ends after its links do."""
+    """No link class carries more than its bandwidth over any interval: an op carries its
+    work on a link spread evenly over its moving stage, and where such spans overlap their
+    rates add up to at most the link's whole bandwidth."""
     for link in LINKS:
-        spans = sorted((a, b) for o in profile.ops for name, a, b in o.links if name == link)
-        assert all(b1 <= a2 for (_, b1), (a2, _) in zip(spans, spans[1:], strict=False))
-        assert sum(b - a for a, b in spans) == profile.link_busy[link]
+        spans = [(a, b, work / (b - a)) for o in profile.ops
+                 for name, a, b, work in o.links if name == link]
+        for point in {a for a, _, _ in spans}:
+            assert sum(r for a, b, r in spans if a <= point < b) <= 1 + 1e-9, (link, point)
+        assert sum(r * (b - a) for a, b, r in spans) == pytest.approx(profile.link_busy[link])
     for o in profile.ops:
-        if o.links:
+        for _, a, b, work in o.links:
             moving = [s for s in o.stages if s[0] in ("dma", "tree")][-1]
-            assert moving[1] <= min(a for _, a, _ in o.links)
-            assert moving[2] >= max(b for _, _, b in o.links)
+            assert (moving[1], moving[2]) == (a, b) and 0 < work <= b - a
 
 
 @given(kernels(machine=SMALL, max_ops=14))
