@@ -29,7 +29,7 @@ def test_strided_dram_access_costs_a_request_per_run():
     assert contiguous.cycles == 19060
     # a run per element: N / 4 groups / 2 runs per cycle per transfer, three transfers
     assert strided.ops[2].cycles >= N / 4 / MNCORE2.dma_runs_per_cycle
-    assert strided.cycles > 5 * contiguous.cycles
+    assert strided.cycles > 20 * contiguous.cycles  # docs/machine.md: 393844 against 19060
 
 
 def test_a_transposed_store_costs_more_than_a_streaming_one():
