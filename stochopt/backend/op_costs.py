@@ -108,9 +108,9 @@ def _link_bytes(machine, level_group: str) -> int:
 
 
 def _whole_cycles(cycles: dict[str, float]) -> tuple[tuple[str, int], ...]:
-    """Link work rounded up to whole cycles, in LINKS order; the 1e-9 absorbs float noise
-    (131072 / (128e9 / 750e6) is 768, not 769)."""
-    return tuple((link, ceil(cycles[link] - 1e-9)) for link in LINKS if cycles.get(link, 0) > 0)
+    """Link work rounded up to whole cycles, in the order given (LINKS' order); the 1e-9
+    absorbs float noise (131072 / (128e9 / 750e6) is 768, not 769)."""
+    return tuple((link, ceil(c - 1e-9)) for link, c in cycles.items() if c > 0)
 
 
 def _link_work(machine, nbytes: dict[str, float]) -> tuple[tuple[str, int], ...]:
@@ -134,30 +134,32 @@ def tree_reduce_cycles(machine, parts: dict[str, int], axis_units: dict[str, int
     only, broadcast. The tree latency is per level of a round trip; one way pays half.
     """
     r = partial_bytes
-    up: dict[str, float] = {}
-    down: dict[str, float] = {}
+    l1b_rate, l2b_rate = _link_bytes(machine, "L1B"), _link_bytes(machine, "L2B")
+    up = down = 0                                       # cycles of the l1b, l2b, dram levels
+    work = dict.fromkeys(LINKS, 0)                      # link cycles, both ways
     left = prod(parts.get(lv, 1) for lv in UNDER_L1B)  # partials under one L1B
-    if any(lv in axis_units for lv in UNDER_L1B):
-        up["l1b"] = left * r
-        left //= prod(axis_units.get(lv, 1) for lv in UNDER_L1B)
-        down["l1b"] = left * r
-    if any(lv in axis_units for lv in UNDER_L2B):
+    if "MAB" in axis_units or "PE" in axis_units:
+        c_up = ceil(left * r / l1b_rate)
+        left //= axis_units.get("MAB", 1) * axis_units.get("PE", 1)
+        c_down = ceil(left * r / l1b_rate) if back_down else 0
+        up, down, work["l1b"] = up + c_up, down + c_down, c_up + c_down
+    if "L1B" in axis_units or "L2B" in axis_units:
         left *= parts.get("L1B", 1)                     # partials under one L2B
-        up["l2b"] = left * r
+        c_up = ceil(left * r / l2b_rate)
         left //= axis_units.get("L1B", 1)
-        down["l2b"] = left * r
+        c_down = ceil(left * r / l2b_rate) if back_down else 0
+        up, down, work["l2b"] = up + c_up, down + c_down, c_up + c_down
     if "L2B" in axis_units:                             # across L2Bs: the group ports
-        up["dram"] = down["dram"] = min(machine.l2b_per_group, parts.get("L2B", 1)) * left * r
-    up["pe"] = down["pe"] = r
-    trips = [up, down] if back_down else [up]
+        moved = min(machine.l2b_per_group, parts.get("L2B", 1)) * left * r
+        c = ceil(moved / machine.dram_bytes_per_cycle_per_group - 1e-9)
+        up, down, work["dram"] = up + c, down + (c if back_down else 0), c * (1 + back_down)
+    port = ceil(r / machine.pe_port_bytes)              # each PE sends, and gets back
+    work["pe"] = port * (1 + back_down)
     levels = machine.latency["tree"] * len(axis_units)
     latency = levels if back_down else ceil(levels / 2)
-    per_trip = [dict(_link_work(machine, t)) for t in trips]
     # a trip crosses its levels one after the other; the PE port works alongside
-    cycles = sum(max(sum(c for k, c in w.items() if k != "pe"), w.get("pe", 0))
-                 for w in per_trip)
-    total = {k: sum(w.get(k, 0) for w in per_trip) for k in LINKS}
-    return cycles + latency, tuple((k, c) for k, c in total.items() if c)
+    cycles = max(up, port) + (max(down, port) if back_down else 0)
+    return cycles + latency, tuple((k, c) for k, c in work.items() if c)
 
 
 def _axis_units(layout: Layout, axis: int, skip: tuple[str, ...] = ()) -> dict[str, int]:
@@ -262,21 +264,27 @@ def dram_transfer(machine, layout: Layout, nbytes: int, item: int,
     reads or writes its share in whole bursts, one contiguous run per request; each L2B
     link, L1B link and PE port carries its own share; the queue is busy for the slowest
     of them plus its issue cycles. The latency is paid in flight."""
+    # units sharing the bytes at each level: spread units; a replicated level's units too
+    # when any copy will do (a store), 1 when every unit needs them all (a load)
+    spread = layout.spread()
+    units = {lv: machine.fanout[lv] if storing and lv in layout.replicated
+             else spread.get(lv, 1) for lv in LEVELS}
     per_group = machine.l2b_per_group
-    groups = ceil(_parts(machine, layout, ("L2B",), True) / per_group)
-    l2bs = _parts(machine, layout, ("L2B",), storing)   # a load's B@[L2B] needs every copy
+    reached = machine.fanout["L2B"] if "L2B" in layout.replicated else units["L2B"]
+    groups = ceil(reached / per_group)
+    l2bs = units["L2B"]
     share = min(per_group, l2bs) / l2bs                 # of the bytes, via the busiest group
     run_bytes = contiguous_run(layout, whole_axes) * item
     runs = nbytes / run_bytes * share
     burst = machine.dram_burst_bytes
     group = max(runs * ceil(run_bytes / burst) * burst / machine.dram_bytes_per_cycle_per_group,
                 runs / machine.dma_runs_per_cycle)
+    l1bs = l2bs * units["L1B"]
     links = _whole_cycles({
         "dram": group,
         "l2b": nbytes / l2bs / _link_bytes(machine, "L2B"),
-        "l1b": nbytes / _parts(machine, layout, ("L2B", "L1B"), storing)
-        / _link_bytes(machine, "L1B"),
-        "pe": nbytes / _parts(machine, layout, LEVELS, storing) / machine.pe_port_bytes})
+        "l1b": nbytes / l1bs / _link_bytes(machine, "L1B"),
+        "pe": nbytes / (l1bs * units["MAB"] * units["PE"]) / machine.pe_port_bytes})
     return max(c for _, c in links) + machine.dma_issue, groups, links
 
 
@@ -331,15 +339,16 @@ def relayout_cost(machine, ins, out: TensorType, attrs) -> Work:
         parts = min(_parts(machine, src, levels_, False), _parts(machine, dst, levels_, False))
         return nbytes / parts
 
-    moved = {"l1b": share(("L2B", "L1B")),
-             "pe": max(nbytes / _parts(machine, src, LEVELS, True),   # any copy may send
-                       nbytes / _parts(machine, dst, LEVELS, False))}  # every copy receives
-    if top in UNDER_L2B:
-        moved["l2b"] = share(("L2B",))
+    moved: dict[str, float] = {}  # in LINKS order
     if top == "L2B":
         per_group = machine.l2b_per_group
         moved["dram"] = max(nbytes * min(per_group, n) / n for n in (
             _parts(machine, src, ("L2B",), True), _parts(machine, dst, ("L2B",), False)))
+    if top in UNDER_L2B:
+        moved["l2b"] = share(("L2B",))
+    moved["l1b"] = share(("L2B", "L1B"))
+    moved["pe"] = max(nbytes / _parts(machine, src, LEVELS, True),   # any copy may send
+                      nbytes / _parts(machine, dst, LEVELS, False))  # every copy receives
     links = _link_work(machine, moved)
     crossed = len(LEVELS) - LEVELS.index(top)
     cycles = max(c for _, c in links) + machine.latency["tree"] * crossed
