@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from math import ceil
 
 from stochopt.backend.machine import Machine, load_machine
-from stochopt.backend.op_costs import RESOURCES, Work
+from stochopt.backend.op_costs import DRAM_EXTENT, LINKS, RESOURCES, STORED_ONLY, Work
 from stochopt.errors import ConstraintError
 from stochopt.leir.ir import Kernel, op_of
 from stochopt.leir.rules import Const
@@ -33,6 +33,8 @@ class OpProfile:
     flops: int
     units: int
     stages: tuple[tuple[str, int, int], ...] = ()  # (resource, start, end) of each stage
+    links: tuple[tuple[str, int, int, int], ...] = ()  # (link class, start, end, cycles of
+    #                                                    work spread evenly over start..end)
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,7 @@ class Profile:
     peak_at: int                    # node index whose result reaches the peak
     dram_bytes: int                 # bytes read and written from DRAM
     flops: int
+    link_busy: dict[str, int] | None = None  # cycles each link class carried traffic
 
     def busy_fraction(self) -> dict[str, float]:
         return {r: (b / self.cycles if self.cycles else 0.0) for r, b in self.busy.items()}
@@ -62,17 +65,50 @@ class Profile:
                 "critical_path": list(self.critical_path),
                 "critical_path_cycles": self.critical_path_cycles,
                 "peak_local_bytes": self.peak_local_bytes, "peak_at": self.peak_at,
-                "dram_bytes": self.dram_bytes, "flops": self.flops}
+                "dram_bytes": self.dram_bytes, "flops": self.flops,
+                "links": dict(self.link_busy or {})}
 
 
 def op_work(kernel: Kernel, machine: Machine) -> list[Work]:
-    """The Work of every node, from the op table's cost rules."""
+    """The Work of every node, from the op table's cost rules, each told what about its
+    surroundings its cost depends on (op_costs.DRAM_EXTENT, op_costs.STORED_ONLY)."""
     nodes = kernel.nodes
+    users = kernel.users() if any(n.op == "store" or n.op in _TREE_RESULTS
+                                  for n in nodes) else []
     out = []
-    for n in nodes:
+    for i, n in enumerate(nodes):
         ins = [a if isinstance(a, Const) else nodes[a].type for a in n.args]
-        out.append(op_of(n.op).cost(machine, ins, n.type, dict(n.attrs)))
+        attrs = dict(n.attrs)
+        if n.op == "load":
+            attrs[DRAM_EXTENT] = _whole_axes(n.type.shape, _dram_root(kernel, n.inputs[0]))
+        elif n.op == "store":
+            attrs[DRAM_EXTENT] = _whole_axes(n.type.shape, _stored_root(kernel, users, i))
+        elif n.op in _TREE_RESULTS:
+            attrs[STORED_ONLY] = all(nodes[u].op == "store" for u in users[i])
+        out.append(op_of(n.op).cost(machine, ins, n.type, attrs))
     return out
+
+
+_TREE_RESULTS = frozenset({"reduce_sum", "reduce_max", "reduce_min", "matmul"})
+
+
+def _whole_axes(region: tuple[int, ...], root: tuple[int, ...]) -> tuple[bool, ...]:
+    return tuple(a == b for a, b in zip(region, root, strict=True))
+
+
+def _dram_root(kernel: Kernel, i: int) -> tuple[int, ...]:
+    """Shape of the DRAM tensor a load reads from: slices of slices lead to it."""
+    while kernel.nodes[i].op == "slice":
+        i = kernel.nodes[i].inputs[0]
+    return kernel.nodes[i].type.shape
+
+
+def _stored_root(kernel: Kernel, users: list[list[int]], i: int) -> tuple[int, ...]:
+    """Shape of the DRAM tensor a store writes into: a stored tile joined by concat
+    writes a region of the concat's result."""
+    while users[i] and kernel.nodes[users[i][0]].op == "concat":
+        i = users[i][0]
+    return kernel.nodes[i].type.shape
 
 
 # ---------------------------------------------------------------------------------
@@ -171,6 +207,45 @@ def _out_of_memory(kernel: Kernel, i: int, nbytes: int, memory: _Memory,
         hint="spread values over more of the tree, use bf16, or end their use sooner")
 
 
+class _Links:
+    """What each link class carries over time: reservations (start, end, rate), rate the
+    fraction of the link's bandwidth in use. A transfer of w cycles of link work over a
+    stage of c cycles uses w / c of it throughout, so DMA and tree traffic share one
+    budget per link and the rates on a link never add up to more than 1."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, list[tuple[int, int, float]]] = {}
+
+    def forget(self, before: int) -> None:
+        """No moving stage starts before ``before`` any more: drop what ended by then."""
+        for link, spans in self.held.items():
+            self.held[link] = [r for r in spans if r[1] > before]
+
+    def _fits(self, at: int, cycles: int, uses: tuple[tuple[str, int], ...]) -> bool:
+        for link, work in uses:
+            spans = [r for r in self.held.get(link, ()) if r[0] < at + cycles and r[1] > at]
+            if not spans:
+                continue
+            rate = work / cycles
+            # the most in use at once over [at, at + cycles): checked where a span starts
+            points = [at] + [r[0] for r in spans if r[0] > at]
+            if any(sum(r[2] for r in spans if r[0] <= p < r[1]) + rate > 1 + 1e-9
+                   for p in points):
+                return False
+        return True
+
+    def earliest(self, t: int, cycles: int, uses: tuple[tuple[str, int], ...]) -> int:
+        """The earliest start >= t at which every link has room for the whole stage."""
+        if self._fits(t, cycles, uses):
+            return t
+        ends = sorted({r[1] for link, _ in uses for r in self.held.get(link, ()) if r[1] > t})
+        return next(e for e in ends if self._fits(e, cycles, uses))
+
+    def reserve(self, at: int, cycles: int, uses: tuple[tuple[str, int], ...]) -> None:
+        for link, work in uses:
+            self.held.setdefault(link, []).append((at, at + cycles, work / cycles))
+
+
 # ---------------------------------------------------------------------------------
 # the scheduler
 # ---------------------------------------------------------------------------------
@@ -181,14 +256,15 @@ def cost(kernel: Kernel, machine: Machine | str | None = None) -> Profile:
     nodes = kernel.nodes
     works = op_work(kernel, machine)
     inputs = [n.inputs for n in nodes]
-    start, end, stages, busy, peak, peak_at = _schedule(kernel, works, inputs, machine)
+    timing = _schedule(kernel, works, inputs, machine)
+    start, end, stages, carried, busy, link_busy, peak, peak_at = timing
     path, path_cycles = _critical_path(works, inputs)
     ops = tuple(OpProfile(i, n.op, n.name or n.op, w.resource, start[i], end[i], w.cycles,
-                          w.bytes, w.flops, w.units, stages[i])
+                          w.bytes, w.flops, w.units, stages[i], carried[i])
                 for i, (n, w) in enumerate(zip(nodes, works, strict=True)))
     dram = sum(w.bytes for n, w in zip(nodes, works, strict=True) if n.op in ("load", "store"))
     return Profile(max(end, default=0), ops, busy, path, path_cycles, peak, peak_at, dram,
-                   sum(w.flops for w in works))
+                   sum(w.flops for w in works), link_busy)
 
 
 def _schedule(kernel: Kernel, works: list[Work], inputs: list[tuple[int, ...]],
@@ -214,9 +290,12 @@ def _schedule(kernel: Kernel, works: list[Work], inputs: list[tuple[int, ...]],
         later[i] = later[i + 1] | (bit[works[i].stages[0][0]] if works[i].stages else 0)
 
     free = dict.fromkeys(RESOURCES, 0)
+    links = _Links()
     busy = dict.fromkeys(RESOURCES, 0)
+    link_busy = dict.fromkeys(LINKS, 0)
     start, end, release = [0] * count, [0] * count, [0] * count
     stages: list[tuple] = [()] * count
+    carried: list[tuple] = [()] * count
     memory = _Memory(machine.pe_local_bytes)
     for i, w in enumerate(works):
         t = max((end[a] for a in inputs[i]), default=0)
@@ -232,6 +311,15 @@ def _schedule(kernel: Kernel, works: list[Work], inputs: list[tuple[int, ...]],
         ran = []
         for resource, cycles in w.stages:
             t = max(t, free[resource])
+            if w.links and resource in ("dma", "tree"):
+                # the moving stage: it starts once every link it uses has room for its
+                # share of that link next to what other transfers already carry there
+                links.forget(min(free["dma"], free["tree"]))
+                t = links.earliest(t, cycles, w.links)
+                links.reserve(t, cycles, w.links)
+                carried[i] = tuple((link, t, t + cycles, work) for link, work in w.links)
+                for link, work in w.links:
+                    link_busy[link] += work
             ran.append((resource, t, t + cycles))
             free[resource] = t + cycles
             busy[resource] += cycles
@@ -247,7 +335,7 @@ def _schedule(kernel: Kernel, works: list[Work], inputs: list[tuple[int, ...]],
             if last_reader[r] == i:
                 memory.release(r, release[r])
     peak, peak_at = _peak([(start[i], release[i], size[i], i) for i in range(count) if size[i]])
-    return start, end, stages, busy, peak, peak_at
+    return start, end, stages, carried, busy, link_busy, peak, peak_at
 
 
 def _critical_path(works: list[Work], inputs: list[tuple[int, ...]]
@@ -302,11 +390,9 @@ def roofline_cycles(dram_bytes: int, flops_by_unit: dict[str, int], machine: Mac
     return ceil(bound)
 
 
-def roofline_of_kernel(kernel: Kernel, machine: Machine | str | None = None) -> int:
-    """Roofline of a kernel's own signature: its inputs read once (no more than its loads
-    read), its output written once, and its own arithmetic at the chip's peak rates."""
-    machine = load_machine(machine)
-    works = op_work(kernel, machine)
+def roofline_inputs(kernel: Kernel, works: list[Work]) -> tuple[int, dict[str, int]]:
+    """DRAM bytes of a kernel's signature (inputs read once, but no more than its loads
+    read; the output written once) and the FLOPs of its vector and matrix stages."""
     loaded: dict[int, int] = {}
     for n, w in zip(kernel.nodes, works, strict=True):
         if n.op == "load":
@@ -315,9 +401,15 @@ def roofline_of_kernel(kernel: Kernel, machine: Machine | str | None = None) -> 
                 src = kernel.nodes[src].inputs[0]
             loaded[src] = loaded.get(src, 0) + w.bytes
     read = sum(min(kernel.nodes[i].type.nbytes, b) for i, b in loaded.items())
-    written = kernel.output_type.nbytes
     flops = {"vector": 0, "matrix": 0}
     for w in works:
         if w.stages and w.stages[0][0] in flops:
             flops[w.stages[0][0]] += w.flops
-    return roofline_cycles(read + written, flops, machine)
+    return read + kernel.output_type.nbytes, flops
+
+
+def roofline_of_kernel(kernel: Kernel, machine: Machine | str | None = None) -> int:
+    """Roofline of a kernel's own signature: its inputs read once (no more than its loads
+    read), its output written once, and its own arithmetic at the chip's peak rates."""
+    machine = load_machine(machine)
+    return roofline_cycles(*roofline_inputs(kernel, op_work(kernel, machine)), machine)

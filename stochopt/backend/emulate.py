@@ -1,9 +1,10 @@
 """Values: run a kernel op by op on numpy arrays, rounding as the machine would.
 
 Native mode keeps every value in its dtype: bf16 through ml_dtypes, f32 math in
-float32, matmul accumulating in f32, bf16 sums rounded at every level of a pairwise
-tree. Exact mode runs everything in float64 with no rounding, so the verifier can tell
-wrong math from rounding. Nothing is kept between calls.
+float32; sums and matmul accumulate in the machine's order, fixed by the operand's layout
+(backend/numerics.py), never by numpy's memory order. Exact mode runs everything in
+float64 with no rounding, so the verifier can tell wrong math from rounding. Nothing is
+kept between calls.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Mapping
 import ml_dtypes
 import numpy as np
 
+from stochopt.backend.numerics import ordered_matmul, ordered_sum
 from stochopt.errors import StochoptError
 from stochopt.leir.ir import Kernel
 from stochopt.leir.ops import OPS
@@ -39,7 +41,8 @@ def emulate(kernel: Kernel, inputs: Mapping[str, np.ndarray], machine=None,
             if exact:
                 out = _exact(node.op, args, attrs, dtype)
             else:
-                out = _native(node.op, args, attrs, dtype)
+                layouts = [kernel.nodes[a].type.layout for a in node.inputs]
+                out = _native(node.op, args, attrs, dtype, layouts)
             values[i] = out
             for a in node.inputs:  # free what no later op reads
                 if last_use[a] == i and a != kernel.output:
@@ -118,10 +121,12 @@ def _exact(op: str, args, attrs, dtype: str) -> np.ndarray:
     return out.astype(np.float64, copy=False)
 
 
-def _native(op: str, args, attrs, dtype: str) -> np.ndarray:
+def _native(op: str, args, attrs, dtype: str, layouts) -> np.ndarray:
     target = native_dtype(dtype)
-    if op in ("reduce_sum",) and target == BF16:
-        return _bf16_tree_sum(args[0], attrs["axis"], attrs["keepdims"])
+    if op == "reduce_sum" and dtype in ("f32", "bf16"):
+        return ordered_sum(args[0], attrs["axis"], attrs["keepdims"], layouts[0])
+    if op == "matmul":
+        return ordered_matmul(args[0], args[1], layouts[0])
     # bf16 values are computed in float32 and rounded once per op, as the ALU does
     widened = [a.astype(np.float32) if isinstance(a, np.ndarray) and a.dtype == BF16 else a
                for a in args]
@@ -129,17 +134,6 @@ def _native(op: str, args, attrs, dtype: str) -> np.ndarray:
         widened[0] = _saturate_i32(widened[0])
     out = np.asarray(OPS[op].evaluate(widened, attrs, False))
     return out.astype(target, copy=False)
-
-
-def _bf16_tree_sum(x: np.ndarray, axis: int, keepdims: bool) -> np.ndarray:
-    """Sum in bf16: a pairwise tree, rounded to bf16 after every level."""
-    x = np.moveaxis(x.astype(np.float32), axis, -1)
-    while x.shape[-1] > 1:
-        if x.shape[-1] % 2:
-            x = np.concatenate([x, np.zeros(x.shape[:-1] + (1,), np.float32)], axis=-1)
-        x = (x[..., 0::2] + x[..., 1::2]).astype(BF16).astype(np.float32)
-    out = np.moveaxis(x, -1, axis).astype(BF16)
-    return out if keepdims else np.squeeze(out, axis=axis)
 
 
 def random_inputs(kernel: Kernel, seed: int = 0, low: float = -10.0,

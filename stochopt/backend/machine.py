@@ -33,6 +33,9 @@ class Machine:
     latency: dict[str, int] = field(default_factory=lambda: {
         "dma": 200, "tree": 24, "vector": 4, "matrix": 16})
     dma_issue: int = 32                    # cycles the DMA queue spends issuing a transfer
+    dram_burst_bytes: int = 64             # a DRAM group reads and writes whole bursts
+    dma_runs_per_cycle: int = 2            # contiguous runs a group's DMA engine starts per cycle
+    pe_port_words: int = 1                 # words per cycle a PE takes from / gives to the tree
 
     @property
     def pes(self) -> int:
@@ -50,6 +53,11 @@ class Machine:
     def dram_bytes_per_cycle(self) -> float:
         """Whole-chip DRAM bandwidth, every group busy."""
         return self.dram_groups * self.dram_bytes_per_cycle_per_group
+
+    @property
+    def pe_port_bytes(self) -> int:
+        """Bytes per cycle one PE's local memory takes from or gives to the tree."""
+        return self.pe_port_words * self.word_bytes
 
     def summary(self) -> dict:
         return asdict(self)

@@ -7,8 +7,9 @@ read plain data (types, layouts, machine constants), so they cost nothing to imp
 
 Four ideas carry every rule:
 - a PE works only on its own local elements, so idle PEs never speed anything up;
-- a link moves what must cross it: per L1B 64 words/cycle, per L2B 16 words/cycle, per
-  DRAM group ~171 bytes/cycle, and each unit's link carries its own share in parallel;
+- a link moves what must cross it: per PE port one word/cycle, per L1B 64 words/cycle, per
+  L2B 16 words/cycle, per DRAM group ~171 bytes/cycle, and each unit's link carries its own
+  share in parallel; DMA and tree traffic share the same links (Work.links);
 - every op that moves or computes pays its resource's fixed issue latency, so none is free;
 - a value's logical meaning never depends on its layout; only the cycles do.
 """
@@ -22,6 +23,9 @@ from stochopt.leir.layout import LEVELS, Layout
 from stochopt.leir.types import TensorType, itemsize
 
 RESOURCES = ("dma", "tree", "vector", "matrix")
+# physical link classes, outermost first: DRAM group ports (which also carry traffic between
+# L2Bs), the L2B links to their L1Bs, the L1B links to their PEs, and each PE's own port
+LINKS = ("dram", "l2b", "l1b", "pe")
 UNDER_L1B = ("MAB", "PE")   # levels whose units talk through their L1B's link
 UNDER_L2B = ("L2B", "L1B")  # levels whose units talk through the L2B links
 
@@ -33,6 +37,7 @@ class Work:
     flops: int = 0   # logical operations, counted once however replicated
     units: int = 1   # PEs, MAUs or DRAM groups doing the work
     latency: int = 0  # cycles in flight after the last stage, holding no resource (DMA)
+    links: tuple[tuple[str, int], ...] = ()  # cycles each link class carries, moving stage
 
     @property
     def resource(self) -> str | None:
@@ -102,26 +107,59 @@ def _link_bytes(machine, level_group: str) -> int:
     return words * machine.word_bytes
 
 
+def _whole_cycles(cycles: dict[str, float]) -> tuple[tuple[str, int], ...]:
+    """Link work rounded up to whole cycles, in the order given (LINKS' order); the 1e-9
+    absorbs float noise (131072 / (128e9 / 750e6) is 768, not 769)."""
+    return tuple((link, ceil(c - 1e-9)) for link, c in cycles.items() if c > 0)
+
+
+def _link_work(machine, nbytes: dict[str, float]) -> tuple[tuple[str, int], ...]:
+    """Cycles each link class needs for these bytes (on its busiest unit)."""
+    rate = {"dram": machine.dram_bytes_per_cycle_per_group, "l2b": _link_bytes(machine, "L2B"),
+            "l1b": _link_bytes(machine, "L1B"), "pe": machine.pe_port_bytes}
+    return _whole_cycles({link: b / rate[link] for link, b in nbytes.items()})
+
+
 def tree_reduce_cycles(machine, parts: dict[str, int], axis_units: dict[str, int],
-                       partial_bytes: int) -> int:
-    """Combine partials across the levels in axis_units and send the result back down.
+                       partial_bytes: int, back_down: bool = True
+                       ) -> tuple[int, tuple[tuple[str, int], ...]]:
+    """Combine partials across the levels in axis_units; send the result back down only
+    when a consumer needs it replicated on the PEs. Returns (cycles, link work).
 
     ``parts``: distinct partials per level (units used); ``axis_units``: units of the
-    reduced axis per level; ``partial_bytes``: one PE's partial. Levels under an L1B
-    (MAB, PE) combine through each L1B's link, carrying every partial under it up and
-    back down; L1B and L2B levels then combine the same way through each L2B's link.
-    Every level crossed adds the tree latency.
+    reduced axis per level; ``partial_bytes``: one PE's partial. Every partial under an
+    L1B crosses its link up (MAB, PE in the axis); then every partial left under an L2B
+    crosses its link (L1B, L2B in the axis); partials of different L2Bs meet through the
+    DRAM group ports (L2B in the axis). The way back down carries the combined results
+    only, broadcast. The tree latency is per level of a round trip; one way pays half.
     """
-    cycles = 0
-    under_l1b = prod(parts.get(lv, 1) for lv in UNDER_L1B)
-    if any(lv in axis_units for lv in UNDER_L1B):
-        moved = under_l1b * partial_bytes
-        cycles += 2 * ceil(moved / _link_bytes(machine, "L1B"))
-        under_l1b //= prod(axis_units.get(lv, 1) for lv in UNDER_L1B)
-    if any(lv in axis_units for lv in UNDER_L2B):
-        moved = parts.get("L1B", 1) * under_l1b * partial_bytes
-        cycles += 2 * ceil(moved / _link_bytes(machine, "L2B"))
-    return cycles + machine.latency["tree"] * len(axis_units)
+    r = partial_bytes
+    l1b_rate, l2b_rate = _link_bytes(machine, "L1B"), _link_bytes(machine, "L2B")
+    up = down = 0                                       # cycles of the l1b, l2b, dram levels
+    work = dict.fromkeys(LINKS, 0)                      # link cycles, both ways
+    left = prod(parts.get(lv, 1) for lv in UNDER_L1B)  # partials under one L1B
+    if "MAB" in axis_units or "PE" in axis_units:
+        c_up = ceil(left * r / l1b_rate)
+        left //= axis_units.get("MAB", 1) * axis_units.get("PE", 1)
+        c_down = ceil(left * r / l1b_rate) if back_down else 0
+        up, down, work["l1b"] = up + c_up, down + c_down, c_up + c_down
+    if "L1B" in axis_units or "L2B" in axis_units:
+        left *= parts.get("L1B", 1)                     # partials under one L2B
+        c_up = ceil(left * r / l2b_rate)
+        left //= axis_units.get("L1B", 1)
+        c_down = ceil(left * r / l2b_rate) if back_down else 0
+        up, down, work["l2b"] = up + c_up, down + c_down, c_up + c_down
+    if "L2B" in axis_units:                             # across L2Bs: the group ports
+        moved = min(machine.l2b_per_group, parts.get("L2B", 1)) * left * r
+        c = ceil(moved / machine.dram_bytes_per_cycle_per_group - 1e-9)
+        up, down, work["dram"] = up + c, down + (c if back_down else 0), c * (1 + back_down)
+    port = ceil(r / machine.pe_port_bytes)              # each PE sends, and gets back
+    work["pe"] = port * (1 + back_down)
+    levels = machine.latency["tree"] * len(axis_units)
+    latency = levels if back_down else ceil(levels / 2)
+    # a trip crosses its levels one after the other; the PE port works alongside
+    cycles = max(up, port) + (max(down, port) if back_down else 0)
+    return cycles + latency, tuple((k, c) for k, c in work.items() if c)
 
 
 def _axis_units(layout: Layout, axis: int, skip: tuple[str, ...] = ()) -> dict[str, int]:
@@ -138,11 +176,23 @@ def reduce_cost(machine, ins, out: TensorType, attrs) -> Work:
     local = x.layout.local_elements()
     stages = [("vector", _local_pass(machine, local, lanes(machine, x), 1))]
     axis_units = _axis_units(x.layout, attrs["axis"] % len(x.shape))
+    links: tuple[tuple[str, int], ...] = ()
     if axis_units:
-        stages.append(("tree", tree_reduce_cycles(machine, x.layout.spread(), axis_units,
-                                                  out.local_bytes())))
+        cycles, links = tree_reduce_cycles(machine, x.layout.spread(), axis_units,
+                                           out.local_bytes(), _back_down(attrs))
+        stages.append(("tree", cycles))
     return Work(tuple(stages), bytes=local * itemsize(x.dtype), flops=x.numel,
-                units=x.layout.spread_units())
+                units=x.layout.spread_units(), links=links)
+
+
+STORED_ONLY = "_stored_only"  # context key (cost.op_work): every consumer is a store
+DRAM_EXTENT = "_dram_extent"  # context key: per axis, does the transfer span the whole
+#                               DRAM tensor it reads or writes (a slice or a tile does not)
+
+
+def _back_down(attrs) -> bool:
+    """A tree result goes back down to the PEs unless it is only stored."""
+    return not attrs.get(STORED_ONLY, False)
 
 
 # ---------------------------------------------------------------------------------
@@ -169,12 +219,14 @@ def matmul_cost(machine, ins, out: TensorType, attrs) -> Work:
     parts = dict(out.layout.spread())
     for lv, u in k_units.items():
         parts[lv] = parts.get(lv, 1) * u
+    links: tuple[tuple[str, int], ...] = ()
     if k_units:
-        stages.append(("tree", tree_reduce_cycles(machine, parts, k_units,
-                                                  out.local_bytes())))
+        cycles, links = tree_reduce_cycles(machine, parts, k_units, out.local_bytes(),
+                                           _back_down(attrs))
+        stages.append(("tree", cycles))
     maus = prod(u for lv, u in parts.items() if lv != "PE")
     return Work(tuple(stages), bytes=a.local_bytes() + b.local_bytes(),
-                flops=2 * out.numel * a.shape[-1], units=maus)
+                flops=2 * out.numel * a.shape[-1], units=maus, links=links)
 
 
 # ---------------------------------------------------------------------------------
@@ -189,31 +241,70 @@ def _parts(machine, layout: Layout, levels: tuple[str, ...], replicated_share: b
                 else spread.get(lv, 1) for lv in levels)
 
 
-def dram_cycles(machine, layout: Layout, nbytes: int, storing: bool) -> tuple[int, int]:
-    """DRAM <-> PEs: the busiest DRAM group, L2B link and L1B link set the time the DMA
-    queue is busy, plus the queue's issue cycles; the latency is paid in flight."""
-    l2bs = _parts(machine, layout, ("L2B",), replicated_share=True)
-    groups = ceil(l2bs / machine.l2b_per_group)
-    busiest_group = nbytes * min(machine.l2b_per_group, l2bs) / l2bs
-    terms = [busiest_group / machine.dram_bytes_per_cycle_per_group,
-             nbytes / _parts(machine, layout, ("L2B",), storing) / _link_bytes(machine, "L2B"),
-             nbytes / _parts(machine, layout, ("L2B", "L1B"), storing)
-             / _link_bytes(machine, "L1B")]
-    return ceil(max(terms)) + machine.dma_issue, groups
+def contiguous_run(layout: Layout, whole_axes: tuple[bool, ...] | None) -> int:
+    """Elements of the longest runs that are contiguous both in DRAM (row-major) and in
+    one PE's local memory: the trailing local factors, up to the first spread factor;
+    a run continues into the next axis out only across an axis that is wholly local and
+    spans the whole DRAM tensor (``whole_axes``; None: the transfer spans all of it)."""
+    run = 1
+    for axis in range(len(layout.axes) - 1, -1, -1):
+        for f in reversed(layout.axes[axis]):
+            if f.level is not None:
+                return run
+            run *= f.size
+        if whole_axes is not None and not whole_axes[axis]:
+            return run
+    return run
+
+
+def dram_transfer(machine, layout: Layout, nbytes: int, item: int,
+                  whole_axes: tuple[bool, ...] | None, storing: bool
+                  ) -> tuple[int, int, tuple[tuple[str, int], ...]]:
+    """DRAM <-> PEs: (queue cycles, DRAM groups used, link work). The busiest DRAM group
+    reads or writes its share in whole bursts, one contiguous run per request; each L2B
+    link, L1B link and PE port carries its own share; the queue is busy for the slowest
+    of them plus its issue cycles. The latency is paid in flight."""
+    # units sharing the bytes at each level: spread units; a replicated level's units too
+    # when any copy will do (a store), 1 when every unit needs them all (a load)
+    spread = layout.spread()
+    units = {lv: machine.fanout[lv] if storing and lv in layout.replicated
+             else spread.get(lv, 1) for lv in LEVELS}
+    per_group = machine.l2b_per_group
+    reached = machine.fanout["L2B"] if "L2B" in layout.replicated else units["L2B"]
+    groups = ceil(reached / per_group)
+    l2bs = units["L2B"]
+    share = min(per_group, l2bs) / l2bs                 # of the bytes, via the busiest group
+    run_bytes = contiguous_run(layout, whole_axes) * item
+    runs = nbytes / run_bytes * share
+    burst = machine.dram_burst_bytes
+    group = max(runs * ceil(run_bytes / burst) * burst / machine.dram_bytes_per_cycle_per_group,
+                runs / machine.dma_runs_per_cycle)
+    l1bs = l2bs * units["L1B"]
+    links = _whole_cycles({
+        "dram": group,
+        "l2b": nbytes / l2bs / _link_bytes(machine, "L2B"),
+        "l1b": nbytes / l1bs / _link_bytes(machine, "L1B"),
+        "pe": nbytes / (l1bs * units["MAB"] * units["PE"]) / machine.pe_port_bytes})
+    return max(c for _, c in links) + machine.dma_issue, groups, links
+
+
+def _transfer(machine, layout: Layout, dram_type: TensorType, attrs, storing: bool) -> Work:
+    cycles, groups, links = dram_transfer(machine, layout, dram_type.nbytes,
+                                          itemsize(dram_type.dtype), attrs.get(DRAM_EXTENT),
+                                          storing)
+    return Work((("dma", cycles),), bytes=dram_type.nbytes, units=groups,
+                latency=machine.latency["dma"], links=links)
 
 
 def load_cost(machine, ins, out: TensorType, attrs) -> Work:
-    """DRAM -> PEs: DRAM is read once, even for a replicated (B@) layout."""
-    cycles, groups = dram_cycles(machine, out.layout, out.nbytes, storing=False)
-    return _work("dma", cycles, bytes=out.nbytes, units=groups,
-                 latency=machine.latency["dma"])
+    """DRAM -> PEs: every L2B (and below it every PE) receives its own copy."""
+    return _transfer(machine, out.layout, out, attrs, storing=False)
 
 
 def store_cost(machine, ins, out: TensorType, attrs) -> Work:
-    """PEs -> DRAM: one copy of every element is written."""
-    cycles, groups = dram_cycles(machine, ins[0].layout, out.nbytes, storing=True)
-    return _work("dma", cycles, bytes=out.nbytes, units=groups,
-                 latency=machine.latency["dma"])
+    """PEs -> DRAM: one copy of every element is written; any copy of a replicated value
+    will do, so the copies share the work."""
+    return _transfer(machine, ins[0].layout, out, attrs, storing=True)
 
 
 # ---------------------------------------------------------------------------------
@@ -234,7 +325,9 @@ def moved_levels(src: Layout, dst: Layout) -> list[str]:
 
 
 def relayout_cost(machine, ins, out: TensorType, attrs) -> Work:
-    """On-chip move through the links of the highest level that data must cross."""
+    """On-chip move: every link class from the highest level that data must cross down to
+    the PE ports carries the busier side's share (sender or receiver); data changing L2B
+    crosses the DRAM group ports, as there is no other path between L2Bs."""
     src, dst = ins[0].layout, out.layout
     levels = moved_levels(src, dst)
     if not levels:  # every PE already holds what it needs: a local copy
@@ -246,13 +339,21 @@ def relayout_cost(machine, ins, out: TensorType, attrs) -> Work:
         parts = min(_parts(machine, src, levels_, False), _parts(machine, dst, levels_, False))
         return nbytes / parts
 
-    link = share(("L2B", "L1B")) / _link_bytes(machine, "L1B")
+    moved: dict[str, float] = {}  # in LINKS order
+    if top == "L2B":
+        per_group = machine.l2b_per_group
+        moved["dram"] = max(nbytes * min(per_group, n) / n for n in (
+            _parts(machine, src, ("L2B",), True), _parts(machine, dst, ("L2B",), False)))
     if top in UNDER_L2B:
-        link = max(link, share(("L2B",)) / _link_bytes(machine, "L2B"))
+        moved["l2b"] = share(("L2B",))
+    moved["l1b"] = share(("L2B", "L1B"))
+    moved["pe"] = max(nbytes / _parts(machine, src, LEVELS, True),   # any copy may send
+                      nbytes / _parts(machine, dst, LEVELS, False))  # every copy receives
+    links = _link_work(machine, moved)
     crossed = len(LEVELS) - LEVELS.index(top)
-    cycles = ceil(link) + machine.latency["tree"] * crossed
-    return _work("tree", cycles, bytes=nbytes,
-                 units=max(src.spread_units(), dst.spread_units()))
+    cycles = max(c for _, c in links) + machine.latency["tree"] * crossed
+    return Work((("tree", cycles),), bytes=nbytes,
+                units=max(src.spread_units(), dst.spread_units()), links=links)
 
 
 def transpose_cost(machine, ins, out: TensorType, attrs) -> Work:

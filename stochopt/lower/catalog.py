@@ -48,6 +48,7 @@ def spec_table(machine=None) -> list[dict]:
                      "doc": spec_summary(spec),
                      "flops": sum(roof.flops.values()), "bytes": roof.dram_bytes,
                      "roofline_cycles": roof.cycles, "baseline_cycles": base.cycles,
+                     "bound_cycles": roof.bound_cycles,
                      "bound": roof.bound, "inputs": sum(prod(t.shape) for t in
                                                          spec.inputs.values())})
     return rows

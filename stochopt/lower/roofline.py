@@ -1,10 +1,13 @@
-"""The roofline of a spec: the least cycles any kernel computing it can take."""
+"""The roofline of a spec, and the reachable bound beside it: the least cycles any kernel
+computing it can take, by bandwidth and peak rates alone, and with the DMA issue cycles
+and flights no schedule can hide (stochopt/backend/bound.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from math import prod
 
+from stochopt.backend.bound import bound_cycles, least_op_cycles
 from stochopt.backend.cost import peak_rates, roofline_cycles
 from stochopt.backend.machine import load_machine
 from stochopt.leir.types import itemsize
@@ -20,6 +23,7 @@ class SpecRoofline:
     dram_bytes: int          # inputs read once + output written once
     flops: dict[str, int]    # "matrix": 2MNK per matmul; "vector": one per element
     bound: str               # "dram" or "compute"
+    bound_cycles: int = 0    # the reachable bound: roofline plus issue and flights
 
 
 def spec_roofline(spec: Spec, machine=None) -> SpecRoofline:
@@ -28,14 +32,8 @@ def spec_roofline(spec: Spec, machine=None) -> SpecRoofline:
     machine = load_machine(machine)
     _, out = trace(spec)
     flops = {"vector": 0, "matrix": 0}
-    seen: set[int] = set()
-    stack = [out]
-    while stack:
-        t = stack.pop()
-        if id(t) in seen:
-            continue
-        seen.add(id(t))
-        stack.extend(a for a in t.args if isinstance(a, TNode))
+    order = _program_order(out)
+    for t in order:
         if t.op == "matmul":
             flops["matrix"] += 2 * prod(t.shape) * t.args[0].shape[-1]
         elif t.op.startswith("reduce_"):
@@ -48,4 +46,29 @@ def spec_roofline(spec: Spec, machine=None) -> SpecRoofline:
     dram = nbytes / machine.dram_bytes_per_cycle
     rates = peak_rates(machine)
     compute = max(flops[u] / rates[u] for u in flops)
-    return SpecRoofline(cycles, nbytes, flops, "dram" if dram >= compute else "compute")
+    chain: dict[int, int] = {}
+    for t in order:  # inputs first: the longest chain of least op cycles to each node
+        own = least_op_cycles("reduce_sum" if t.op == "mean" else t.op, machine)
+        chain[id(t)] = own + max((chain[id(a)] for a in t.args if isinstance(a, TNode)),
+                                 default=0)
+    reachable = bound_cycles(nbytes, len(spec.inputs) + 1, flops, chain[id(out)], machine)
+    return SpecRoofline(cycles, nbytes, flops, "dram" if dram >= compute else "compute",
+                        reachable)
+
+
+def _program_order(out: TNode) -> list[TNode]:
+    """Every traced node the output depends on, each after its arguments."""
+    order: list[TNode] = []
+    seen: set[int] = set()
+    stack: list[tuple[TNode, bool]] = [(out, False)]
+    while stack:
+        t, expanded = stack.pop()
+        if expanded:
+            order.append(t)
+            continue
+        if id(t) in seen:
+            continue
+        seen.add(id(t))
+        stack.append((t, True))
+        stack.extend((a, False) for a in t.args if isinstance(a, TNode) and id(a) not in seen)
+    return order

@@ -66,6 +66,10 @@ def run_facts(run_dir: str | Path, now: float | None = None) -> dict:
         "roofline_cycles": roofline_cycles,
         "roofline_share": _ratio(roofline_cycles, best_cycles),
         "baseline_roofline_share": _ratio(roofline_cycles, baseline_cycles),
+        # the reachable bound (docs/machine.md section 6); runs from before it have none
+        "bound_cycles": run.get("bound_cycles"),
+        "bound_share": _ratio(run["bound_cycles"], best_cycles) if run.get("bound_cycles")
+        else None,
         **verification, "best_path": str(rd / "best.leir"),
         # where and when the best was found, as long as best.json is about best.leir
         **{f"best_{k}": best_json.get(k) if verification["verification"] else None
@@ -134,6 +138,9 @@ def headline(f: dict) -> list[tuple[str, str]]:
         ("verified", verified),
         ("LLM", f"{f['tokens']} tokens, {format_usd(f['cost_usd'])}"),
     ]
+    if f.get("bound_cycles"):
+        rows.insert(5, ("bound", f"{f['bound_cycles']} cycles: best is at "
+                                 f"{format_share(f['bound_share'])} of it"))
     return rows
 
 

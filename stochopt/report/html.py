@@ -71,6 +71,8 @@ def _cards(f: dict) -> str:
          f"{f['baseline_cycles']} &rarr; {f['best_cycles']} cycles"),
         ("of roofline", format_share(f["roofline_share"]),
          f"roofline {f['roofline_cycles']} cycles"),
+        *([("of bound", format_share(f["bound_share"]), f"bound {f['bound_cycles']} cycles")]
+          if f.get("bound_cycles") else []),
         ("verified", "yes" if f["verified"] else "NO",
          f"{f['verification']['examples']} examples" if f["verification"] else "best.leir"),
         ("candidates", str(f["proposals"]),

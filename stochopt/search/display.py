@@ -19,7 +19,8 @@ def progress_view(s: dict) -> Group:
     best = Text.assemble(
         "best ", (f"{s['best_cycles']}", "bold green"), f" cycles (baseline "
         f"{s['baseline_cycles']}, ", (f"{s['speedup']:.2f}x", "bold"),
-        f", {100 * s['roofline_share']:.1f}% of roofline)")
+        f", {100 * s['roofline_share']:.1f}% of roofline"
+        + (f", {100 * s['bound_share']:.1f}% of bound)" if s.get("bound_share") else ")"))
     if s["tokens"]:
         best.append(f"   {s['tokens']} tokens, ${s['cost_usd']:.4f}")
     table = Table(box=None, pad_edge=False, show_header=True)

@@ -69,12 +69,13 @@ def optimize(spec_path: str | None = None, *, budget: str | float = "10m",
     copy_spec(spec_path, rd)
     config = config or ChainConfig()
     baseline_text, start_text = render(baseline), render(start)
-    roof = _roofline(spec, m, baseline)
+    roof, bound = _roofline(spec, m, baseline)
     run = {"spec": spec.name, "spec_path": str(Path(spec_path).resolve()), "name": name,
            "machine": m.summary(), "machine_name": m.name, "budget_s": budget_s,
            "proposer": proposer, "arms": arms, "chains": chains, "seed": seed,
            "init": init, "max_proposals": max_proposals, "max_cost": max_cost,
            "config": vars(config), "llm": _public_llm(llm), "roofline_cycles": roof,
+           "bound_cycles": bound,
            "baseline_cycles": cost(baseline, m).cycles, "started": time.time(),
            "versions": _versions(), "host": platform.node()}
     write_json(rd / "run.json", run)
@@ -105,12 +106,16 @@ def _starting_kernels(spec, machine, init: str | None):
     return (baseline or start), start
 
 
-def _roofline(spec, machine, baseline) -> int:
+def _roofline(spec, machine, baseline) -> tuple[int, int]:
+    """The spec's roofline and reachable bound (the baseline's, if the spec cannot be
+    traced)."""
     try:
         from stochopt.lower.roofline import spec_roofline
-        return spec_roofline(spec, machine).cycles
+        roof = spec_roofline(spec, machine)
+        return roof.cycles, roof.bound_cycles
     except StochoptError:
-        return roofline_of_kernel(baseline, machine)
+        from stochopt.backend.bound import bound_of_kernel
+        return roofline_of_kernel(baseline, machine), bound_of_kernel(baseline, machine)
 
 
 def _public_llm(llm: dict | None) -> dict | None:
@@ -376,6 +381,7 @@ class _Stats:
                 "best_cycles": self.best_cycles, "baseline_cycles": base,
                 "speedup": base / self.best_cycles,
                 "roofline_share": self.run["roofline_cycles"] / self.best_cycles,
+                "bound_share": self.run.get("bound_cycles", 0) / self.best_cycles,
                 "by_proposer": self.by_proposer, "tokens": self.tokens,
                 "cost_usd": self.cost_usd,
                 "errors": self.errors + ([self.llm_error] if self.llm_error else [])}

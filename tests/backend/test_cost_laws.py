@@ -8,9 +8,10 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from stochopt.backend.bound import bound_of_kernel
 from stochopt.backend.cost import cost, peak_rates, roofline_of_kernel
 from stochopt.backend.machine import MNCORE2, SMALL
-from stochopt.backend.op_costs import lanes
+from stochopt.backend.op_costs import DRAM_EXTENT, LINKS, lanes
 from stochopt.errors import ConstraintError
 from stochopt.leir.ir import Builder, build
 from stochopt.leir.layout import Factor, Layout
@@ -46,14 +47,33 @@ def _check_laws(kernel, machine):
     assert profile.cycles >= profile.critical_path_cycles
     path = profile.critical_path
     assert all(b in kernel.nodes[a2].inputs for b, a2 in zip(path, path[1:], strict=False))
-    # no kernel beats its roofline
-    assert profile.cycles >= roofline_of_kernel(kernel, machine)
+    # no kernel beats its roofline, nor the reachable bound above it
+    roofline = roofline_of_kernel(kernel, machine)
+    bound = bound_of_kernel(kernel, machine)
+    assert profile.cycles >= bound >= roofline
+    _check_links(profile)
     # memory never goes over, and the peak is the sum of values live at some time
     assert 0 <= profile.peak_local_bytes <= machine.pe_local_bytes
     # an op never starts before its inputs end
     for i, n in enumerate(kernel.nodes):
         for a in n.inputs:
             assert profile.ops[i].start >= profile.ops[a].end
+
+
+def _check_links(profile):
+    """No link class carries more than its bandwidth over any interval: an op carries its
+    work on a link spread evenly over its moving stage, and where such spans overlap their
+    rates add up to at most the link's whole bandwidth."""
+    for link in LINKS:
+        spans = [(a, b, work / (b - a)) for o in profile.ops
+                 for name, a, b, work in o.links if name == link]
+        for point in {a for a, _, _ in spans}:
+            assert sum(r for a, b, r in spans if a <= point < b) <= 1 + 1e-9, (link, point)
+        assert sum(r * (b - a) for a, b, r in spans) == pytest.approx(profile.link_busy[link])
+    for o in profile.ops:
+        for _, a, b, work in o.links:
+            moving = [s for s in o.stages if s[0] in ("dma", "tree")][-1]
+            assert (moving[1], moving[2]) == (a, b) and 0 < work <= b - a
 
 
 @given(kernels(machine=SMALL, max_ops=14))
@@ -259,23 +279,29 @@ def test_spreading_elementwise_work_helps_until_overheads_dominate(cols, dtype):
         if local <= lanes(MNCORE2, k.nodes[2].type):  # one ALU word: only overhead left
             assert p.ops[2].cycles == OPS["exp"].cycles_per_elem + MNCORE2.latency["vector"]
     assert exp_cycles == sorted(exp_cycles, reverse=True)
-    assert kernel_cycles == sorted(kernel_cycles, reverse=True)
     assert exp_cycles[0] > 100 * exp_cycles[-1]
+    assert kernel_cycles[:3] == sorted(kernel_cycles[:3], reverse=True)
+    # one row per PE is a run shorter than a DRAM burst: scattering a row to every PE
+    # costs a DRAM request per row, more than the spread compute saves
+    spread = cost(_exp_kernel(rows, cols, SPREADS[-1], dtype))
+    assert spread.ops[1].cycles >= rows / MNCORE2.dram_groups / MNCORE2.dma_runs_per_cycle
+    assert kernel_cycles[-1] > min(kernel_cycles)
 
 
 def test_idle_pes_do_not_help():
     """Replicating a value over idle levels leaves every PE the same local work, and
     broadcasting it there costs more than spreading it."""
-    spread = _exp_kernel(4096, 1, SPREADS[2])
+    cols = 16
+    spread = _exp_kernel(4096, cols, SPREADS[2])
     b = Builder(MNCORE2)
-    x = b.input("x", TensorType("f32", (4096, 1), "dram"))
-    lay = Layout((4096, 1), ((Factor(16, "MAB"), Factor(4, "PE"), Factor(64)), (Factor(1),)),
-                 frozenset({"L2B", "L1B"}))
+    x = b.input("x", TensorType("f32", (4096, cols), "dram"))
+    lay = Layout((4096, cols), ((Factor(16, "MAB"), Factor(4, "PE"), Factor(64)),
+                                (Factor(cols),)), frozenset({"L2B", "L1B"}))
     e = b.add("exp", [b.add("load", [x], {"layout": lay})], {})
     replicated = b.finish("kernel", b.add("store", [e], {}))
     assert cost(replicated).ops[2].cycles == cost(spread).ops[2].cycles
     assert cost(replicated).ops[1].cycles >= cost(spread).ops[1].cycles
-    assert cost(_exp_kernel(4096, 1, SPREADS[-1])).cycles < cost(replicated).cycles
+    assert cost(_exp_kernel(4096, cols, SPREADS[-1])).cycles < cost(replicated).cycles
 
 
 # ---------------------------------------------------------------------------------
@@ -316,3 +342,59 @@ def test_peak_rates_are_the_fastest_any_op_can_go():
     assert peak["matrix"] == 2 * 1024 * 256
     small = replace(SMALL, mau_f32=(32, 32))  # a machine whose f32 tile is the larger
     assert peak_rates(small)["matrix"] == 2 * small.mabs * 1024
+
+
+# ---------------------------------------------------------------------------------
+# access patterns and replication
+# ---------------------------------------------------------------------------------
+
+def _transfer_cycles(layout: Layout, machine=SMALL, whole=None, dtype="f32") -> tuple[int, int]:
+    x = _pe(dtype, layout)
+    d = TensorType(dtype, layout.shape, "dram")
+    attrs = {} if whole is None else {DRAM_EXTENT: whole}
+    return (OPS["load"].cost(machine, [d], x, attrs).cycles,
+            OPS["store"].cost(machine, [x], d, attrs).cycles)
+
+
+def _innermost_spread(layout: Layout) -> Layout | None:
+    """The same units and local elements, with a spread factor of the last axis moved
+    to its innermost place: consecutive elements then go to different PEs."""
+    last = list(layout.axes[-1])
+    spread = [f for f in last if f.level]
+    if not spread or last[-1].level:
+        return None
+    last.remove(spread[0])
+    axes = layout.axes[:-1] + (tuple(last + [spread[0]]),)
+    return Layout(layout.shape, axes, layout.replicated)
+
+
+@given(SHAPES.filter(lambda s: s[-1] > 1), st.data(), st.sampled_from(("f32", "bf16")))
+def test_strided_never_cheaper_than_contiguous(shape, data, dtype):
+    """Shorter contiguous runs (a spread factor innermost, or a slice that cuts rows)
+    never make a load or store cheaper, all else equal."""
+    layout = data.draw(layouts(shape, SMALL))
+    whole = _transfer_cycles(layout, dtype=dtype)
+    cut = tuple(data.draw(st.lists(st.booleans(), min_size=len(shape), max_size=len(shape))))
+    sliced = _transfer_cycles(layout, whole=cut, dtype=dtype)
+    assert all(s >= w for s, w in zip(sliced, whole, strict=True))
+    strided = _innermost_spread(layout)
+    if strided is not None:
+        assert all(s >= w for s, w in zip(_transfer_cycles(strided, dtype=dtype), whole,
+                                          strict=True))
+
+
+@given(SHAPES, st.data())
+def test_more_replication_never_cheaper(shape, data):
+    """Adding a B@ level to a layout (the same spread) never makes loading it, or moving
+    a value to it, cheaper."""
+    layout = data.draw(layouts(shape, SMALL, replicate=True))
+    free = [lv for lv in ("L2B", "L1B", "MAB", "PE")
+            if lv not in layout.spread() and lv not in layout.replicated]
+    assume(free)
+    level = data.draw(st.sampled_from(free))
+    more = Layout(layout.shape, layout.axes, layout.replicated | {level})
+    assert _transfer_cycles(more)[0] >= _transfer_cycles(layout)[0]
+    source = data.draw(layouts(shape, SMALL, replicate=False))
+    x = _pe("f32", source)
+    assert (_cycles("relayout", [x], _pe("f32", more))
+            >= _cycles("relayout", [x], _pe("f32", layout)))

@@ -50,13 +50,17 @@ def test_load_to_one_l2b_is_served_by_one_group_through_one_l2b_link():
     assert w.cycles == 524288 // 128 + 32 and w.units == 1
 
 
-def test_replicated_load_reads_dram_once_but_every_l2b_link_carries_it_all():
+def test_replicated_load_reads_dram_once_but_pays_for_every_copy_it_delivers():
     x = pe("f32", "(16,512)/((16),(512)); B@[L2B,L1B,MAB,PE]")
     w = load_cost(MNCORE2, [dram("f32", x.shape)], x, {})
-    assert w.bytes == 32768            # read once, not once per copy
-    assert w.cycles == 32768 // 128 + 32
-    assert w.cycles < 8 * load_cost(MNCORE2, [dram("f32", x.shape)],
-                                    pe("f32", "(16,512)/((8_L2B,2),(512))"), {}).cycles
+    assert w.bytes == 32768            # DRAM traffic counted once, not once per copy
+    # every group port delivers all of it to its L2Bs (32768 / 170.67 = 192), every L2B
+    # link carries it all (256), and every PE's port takes its whole copy at 8 B/cycle
+    assert dict(w.links) == {"dram": 192, "l2b": 256, "l1b": 64, "pe": 4096}
+    assert w.cycles == 32768 // 8 + 32
+    spread = load_cost(MNCORE2, [dram("f32", x.shape)],
+                       pe("f32", "(16,512)/((8_L2B,2),(4_PE,128))"), {})
+    assert w.cycles > 10 * spread.cycles
 
 
 def test_store_of_a_replicated_value_writes_one_copy_shared_by_its_units():
@@ -100,11 +104,21 @@ def test_spread_reduction_is_a_local_pass_then_the_tree():
     x = pe("f32", SPREAD_ROWS)
     out = pe("f32", "(128,1)/((8_L2B,16_MAB),(1)); B@[L1B,PE]")
     w = cost_of("reduce_sum", [x], out, axis=1, keepdims=True)
-    # local: 32/2 + 4; under each L1B 64 PEs x 4 B up and down = 2 cycles; across the
-    # 8 L1Bs of an L2B: 8 x 16 partials x 4 B = 512 B at 128 B/cycle, up and down = 8;
-    # two levels crossed (L1B, PE): 2 x 24
-    assert w.stages == (("vector", 20), ("tree", 2 + 8 + 48))
-    assert w.resource == "vector+tree" and w.cycles == 78
+    # local: 32/2 + 4; up: under each L1B 64 PEs x 4 B = 256 B at 512 B/cycle = 1, then
+    # the 8 L1Bs of an L2B: 8 x 16 partials x 4 B = 512 B at 128 B/cycle = 4; down: the 16
+    # combined results per L1B (64 B) and per L2B (64 B) broadcast back, 1 + 1; two levels
+    # of a round trip (L1B, PE): 2 x 24
+    assert w.stages == (("vector", 20), ("tree", 1 + 4 + 1 + 1 + 48))
+    assert w.resource == "vector+tree" and w.cycles == 75
+    assert dict(w.links) == {"l2b": 5, "l1b": 2, "pe": 2}
+
+
+def test_a_stored_only_reduction_does_not_come_back_down():
+    x = pe("f32", SPREAD_ROWS)
+    out = pe("f32", "(128,1)/((8_L2B,16_MAB),(1)); B@[L1B,PE]")
+    w = cost_of("reduce_sum", [x], out, axis=1, keepdims=True, _stored_only=True)
+    # the up trip only (1 + 4) and half the round trip's latency
+    assert w.stages == (("vector", 20), ("tree", 1 + 4 + 24))
 
 
 def test_matmul_pads_m_and_n_to_the_mau_tile_and_streams_k():
@@ -123,17 +137,34 @@ def test_matmul_with_k_spread_sums_partials_in_the_tree():
     b = pe("bf16", "(64,16)/((8_L1B,8),(16))")
     out = pe("f32", "(16,16)/((16),(16)); B@[L1B]")
     w = matmul_cost(MNCORE2, [a, b], out, {})
-    # 8 partials of 1 KiB through each L2B link (128 B/cycle), up and down, + 24
-    assert w.stages == (("matrix", 8 + 16), ("tree", 2 * 64 + 24))
+    # up: 8 partials of 1 KiB through each L2B link (128 B/cycle) = 64, but each MAU's
+    # PE port sends its 1 KiB at 8 B/cycle = 128; down: the 1 KiB sum, 8 on the link and
+    # 128 on every receiving port; + 24 for the level
+    assert w.stages == (("matrix", 8 + 16), ("tree", 128 + 128 + 24))
     assert w.flops == 2 * 16 * 16 * 64
 
 
 def test_relayout_crosses_the_links_of_the_highest_level_that_changes():
     src, dst = pe("f32", ROWS), pe("f32", SPREAD_ROWS)
     w = relayout_cost(MNCORE2, [src], dst, {})
-    # rows move among the L1Bs of each L2B: 64 KiB through each L2B link at 128 B/cycle,
-    # crossing three levels (L1B, MAB, PE)
+    # rows move among the L1Bs of each L2B: 64 KiB through each L2B link at 128 B/cycle
+    # (and each sending PE's 4 KiB through its port at 8 B/cycle, as long), crossing
+    # three levels (L1B, MAB, PE)
     assert w.stages == (("tree", 65536 // 128 + 3 * 24),)
+    assert dict(w.links) == {"l2b": 512, "l1b": 128, "pe": 512}
+
+
+def test_relayout_across_l2bs_goes_through_the_dram_group_ports():
+    # 4 MiB, all to all across the L2Bs: rows over the L2Bs to columns over them
+    src = pe("f32", "(1024,1024)/((8_L2B,8_L1B,16_MAB),(4_PE,256))")
+    dst = pe("f32", "(1024,1024)/((8_L1B,16_MAB,8),(8_L2B,4_PE,32))")
+    w = relayout_cost(MNCORE2, [src], dst, {})
+    # each group port carries its two L2Bs' 1 MiB: 1048576 / 170.67 = 6144 cycles, more
+    # than the L2B links' 512 KiB at 128 B/cycle (4096); four levels crossed
+    assert dict(w.links) == {"dram": 6144, "l2b": 4096, "l1b": 128, "pe": 128}
+    assert w.cycles == 6144 + 4 * 24
+    # so the chip moves it no faster than its DRAM bandwidth
+    assert w.bytes / w.cycles <= MNCORE2.dram_bytes_per_cycle
 
 
 def test_relayout_from_a_replicated_value_is_a_local_copy():

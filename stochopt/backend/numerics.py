@@ -1,0 +1,113 @@
+"""Native sums in the machine's order: fixed by the layout, never by numpy's memory order.
+
+A float sum rounds after every addition, so its value depends on the order of the
+additions. numpy picks that order from the array's strides (pairwise over a contiguous
+axis, row by row over a strided one), so the same kernel written with a transposed
+operand could round differently. Here the order is the machine's (docs/leir.md, section 7):
+
+- reduce_sum: each PE adds its own elements of the axis one after the other in local
+  order (float32 accumulator), then the tree adds the PEs' partials level by level, PE
+  level first, units in order. bf16 partials are rounded to bf16 when they leave a PE and
+  after every tree level.
+- matmul: each MAU streams its share of K in order (the K elements local to its PEs),
+  adding each product, rounded to float32, to a float32 accumulator; partials of a K spread
+  over MABs, L1Bs or L2Bs are then added level by level as for reduce_sum.
+
+np.add.accumulate is the sequential sum: out[i] = out[i - 1] + x[i], rounded each step.
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+import ml_dtypes
+import numpy as np
+
+from stochopt.leir.layout import Factor, Layout
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+TREE_ORDER = ("PE", "MAB", "L1B", "L2B")  # partials meet innermost level first
+_CHUNK_ELEMENTS = 1 << 21                 # products formed at once by matmul
+
+
+def _sequential(x: np.ndarray, carry: np.ndarray | None = None) -> np.ndarray:
+    """Sum over axis 0 in order, in float32; ``carry`` is added first."""
+    if carry is not None:
+        x = np.concatenate([carry[None], x])
+    if x.shape[0] == 1:
+        return x[0]
+    return np.add.accumulate(x, axis=0, dtype=np.float32)[-1]
+
+
+def _sum_digit_groups(x: np.ndarray, ndigits: int, groups: list[list[int]],
+                      round_each: bool) -> np.ndarray:
+    """``x``'s first ndigits axes are digits of one summed axis (major first); sum the
+    digit groups in turn, each sequentially over its digits' combined index."""
+    alive = list(range(ndigits))  # digit -> its axis in x, while not yet summed
+    for group in groups:
+        axes = [alive.index(d) for d in group]
+        rest = [a for a in range(x.ndim) if a not in axes]
+        x = np.transpose(x, axes + rest)
+        x = x.reshape((prod(x.shape[:len(axes)]),) + x.shape[len(axes):])
+        x = _sequential(x)
+        if round_each:
+            x = x.astype(BF16).astype(np.float32)
+        alive = [d for d in alive if d not in group]
+    return x
+
+
+def _groups(factors: tuple[Factor, ...], stream: tuple[str | None, ...]) -> list[list[int]]:
+    """Digit groups in summing order: the digits of levels in ``stream`` (None: local)
+    first, then each tree level, innermost first."""
+    first = [i for i, f in enumerate(factors) if f.level in stream]
+    out = [first] if first else []
+    for level in TREE_ORDER:
+        digits = [i for i, f in enumerate(factors) if f.level == level and level not in stream]
+        if digits:
+            out.append(digits)
+    return out
+
+
+def ordered_sum(x: np.ndarray, axis: int, keepdims: bool, layout: Layout) -> np.ndarray:
+    """reduce_sum of a float32 or bf16 array in the machine's order, in x's dtype."""
+    axis %= x.ndim
+    factors = layout.axes[axis]
+    sizes = tuple(f.size for f in factors)
+    y = np.moveaxis(x.astype(np.float32), axis, 0)
+    y = y.reshape(sizes + y.shape[1:])
+    out = _sum_digit_groups(y, len(sizes), _groups(factors, (None,)), x.dtype == BF16)
+    if keepdims:
+        out = np.expand_dims(out, axis)
+    return out.astype(x.dtype)
+
+
+def ordered_matmul(a: np.ndarray, b: np.ndarray, a_layout: Layout) -> np.ndarray:
+    """matmul with float32 accumulation over K in the machine's order (float32 result)."""
+    a = a.astype(np.float32)
+    b = b.astype(np.float32)
+    factors = a_layout.axes[-1]
+    sizes = tuple(f.size for f in factors)
+    groups = _groups(factors, (None, "PE"))
+    stream = groups[0] if groups and factors[groups[0][0]].level in (None, "PE") else []
+    tree = [d for g in groups for d in g if d not in stream]
+    # K indices as (tree digits, stream digits): row t is what one MAU streams, in order
+    k = np.arange(a.shape[-1]).reshape(sizes)
+    k = np.transpose(k, tree + stream).reshape(prod(sizes[d] for d in tree), -1)
+    units, steps = k.shape
+    lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    m, n = a.shape[-2], b.shape[-1]
+    acc = np.zeros(lead + (units, m, n), np.float32)
+    chunk = max(1, _CHUNK_ELEMENTS // max(1, acc.size))
+    for s in range(0, steps, chunk):
+        idx = k[:, s:s + chunk]                              # (units, c)
+        left = np.moveaxis(a[..., :, idx], -3, -1)           # (..., units, c, m)
+        right = b[..., idx, :]                               # (..., units, c, n)
+        products = left[..., :, None] * right[..., None, :]  # (..., units, c, m, n)
+        products = np.moveaxis(products, -3, 0)              # (c, ..., units, m, n)
+        acc = _sequential(products, acc)
+    if not tree:
+        return acc[..., 0, :, :]
+    # the MAUs' partials: (..., units, m, n) -> tree digits first, then added level by level
+    acc = np.moveaxis(acc, -3, 0).reshape(tuple(sizes[d] for d in tree) + lead + (m, n))
+    order = [[tree.index(d) for d in g] for g in groups if g != stream]
+    return _sum_digit_groups(acc, len(tree), order, False)
