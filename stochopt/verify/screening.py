@@ -80,17 +80,21 @@ class ScreeningSet:
                 break
         return total
 
+    def output(self, kernel: Kernel, i: int, exact: bool) -> np.ndarray:
+        """The kernel's output on screening input i (search/values.py caches it per node)."""
+        return emulate(kernel, self.inputs[i], self.machine, exact=exact)
+
     def _one(self, kernel, i: int) -> float:
         x, ref, base = self.inputs[i], self.references[i], self.baseline_outputs[i]
         if kernel.output_type.shape != ref.shape:
             return MAX_INPUT_COST
         finite, sem_limit, prec_limit = self._limits(i)
-        exact = emulate(kernel, x, self.machine, exact=True)
+        exact = self.output(kernel, i, exact=True)
         if not (finite and _within(exact, ref, sem_limit)):
             sem, bad = semantic_error(exact, ref, self.typical_scale)
             if bad is not None:
                 return FAIL_COST + MAX_INPUT_COST
-        got = emulate(kernel, x, self.machine)
+        got = self.output(kernel, i, exact=False)
         if finite and _within(got, ref, prec_limit):
             return 0.0  # the common case, decided without building error arrays
         prec, bad = precision_check(got, ref, self.spec.output_dtype, self.spec.rtol,
