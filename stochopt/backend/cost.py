@@ -9,7 +9,9 @@ the kernel's cycle count. See docs/machine.md for every formula.
 
 from __future__ import annotations
 
+import weakref
 from bisect import bisect_right
+from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from math import ceil
 
@@ -65,13 +67,24 @@ class Profile:
                 "dram_bytes": self.dram_bytes, "flops": self.flops}
 
 
+# per machine, each term's Work: a term fixes the op, its input and output types and its
+# attributes, all a cost rule reads, so an unchanged node is never costed twice
+_WORK: dict[Machine, weakref.WeakKeyDictionary] = {}
+
+
 def op_work(kernel: Kernel, machine: Machine) -> list[Work]:
-    """The Work of every node, from the op table's cost rules."""
+    """The Work of every node, from the op table's cost rules (cached per term)."""
+    known = _WORK.get(machine)
+    if known is None:
+        known = _WORK[machine] = weakref.WeakKeyDictionary()
     nodes = kernel.nodes
     out = []
-    for n in nodes:
-        ins = [a if isinstance(a, Const) else nodes[a].type for a in n.args]
-        out.append(op_of(n.op).cost(machine, ins, n.type, dict(n.attrs)))
+    for n, term in zip(nodes, kernel.terms, strict=True):
+        work = known.get(term)
+        if work is None:
+            ins = [a if isinstance(a, Const) else nodes[a].type for a in n.args]
+            work = known[term] = op_of(n.op).cost(machine, ins, n.type, dict(n.attrs))
+        out.append(work)
     return out
 
 
@@ -189,6 +202,34 @@ def cost(kernel: Kernel, machine: Machine | str | None = None) -> Profile:
     dram = sum(w.bytes for n, w in zip(nodes, works, strict=True) if n.op in ("load", "store"))
     return Profile(max(end, default=0), ops, busy, path, path_cycles, peak, peak_at, dram,
                    sum(w.flops for w in works))
+
+
+CYCLES_KEPT = 100_000  # kernels whose cycle count cycles() remembers, per process
+_CYCLES: OrderedDict[tuple, int | ConstraintError] = OrderedDict()
+
+
+def cycles(kernel: Kernel, machine: Machine) -> int:
+    """The kernel's cycle count alone, as cost() gives it (ConstraintError when it does
+    not fit in memory). The search asks for it on every candidate and meets the same
+    kernels again and again, so it is remembered per kernel: its terms (ops, types,
+    layouts, attributes) and its program order, which is all the schedule reads."""
+    key = (machine, kernel.terms, tuple(n.args for n in kernel.nodes))
+    known = _CYCLES.get(key)
+    if known is None:
+        try:
+            works = op_work(kernel, machine)
+            known = max(_schedule(kernel, works, [n.inputs for n in kernel.nodes],
+                                  machine)[1], default=0)
+        except ConstraintError as e:
+            known = e
+        _CYCLES[key] = known
+        if len(_CYCLES) > CYCLES_KEPT:
+            _CYCLES.popitem(last=False)
+    else:
+        _CYCLES.move_to_end(key)
+    if isinstance(known, ConstraintError):
+        raise known.with_traceback(None)
+    return known
 
 
 def _schedule(kernel: Kernel, works: list[Work], inputs: list[tuple[int, ...]],

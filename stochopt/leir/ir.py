@@ -122,19 +122,28 @@ class Builder:
 
     def add(self, op_name: str, args: Sequence[Arg], attrs: dict, name: str = "",
             line: int | None = None, col: int | None = None) -> int:
+        ordered = tuple((p.name, attrs[p.name]) for p in OPS[op_name].static_params
+                        if p.name in attrs)
+        return self._add(op_name, tuple(args), ordered, attrs, name, line, col)
+
+    def _add(self, op_name: str, args: tuple, ordered: tuple, attrs: dict | None,
+             name: str, line: int | None, col: int | None) -> int:
+        """Append a node whose static arguments are ``ordered`` (the op's parameter order;
+        ``attrs`` as given, or None to take them from ``ordered``)."""
         if len(self.nodes) >= MAX_OPS:
             raise ConstraintError(f"kernel has more than {MAX_OPS} ops", line=line, col=col,
                                   hint="use fewer loop iterations")
-        op = OPS[op_name]
+        if len(self.terms) != len(self.nodes):  # nodes were given from outside: trust them
+            self.terms = list(T.terms_of(self.nodes))
         sources = tuple(a if isinstance(a, Const) else self.terms[a] for a in args)
-        ordered = tuple((p.name, attrs[p.name]) for p in op.static_params if p.name in attrs)
         term = T.lookup(op_name, sources, ordered)
         if term is None or not _checked_on(term, self.machine):
+            attrs = dict(ordered) if attrs is None else attrs
             out = self._infer(op_name, args, attrs, line, col)
-            ordered = tuple((p.name, attrs[p.name]) for p in op.static_params)
+            ordered = tuple((p.name, attrs[p.name]) for p in OPS[op_name].static_params)
             term = T.make(op_name, sources, ordered, out)
             term.checked_on = self.machine
-        self.nodes.append(Node(op_name, tuple(args), ordered, term.type, name, line))
+        self.nodes.append(Node(op_name, args, term.attrs, term.type, name, line))
         self.terms.append(term)
         return len(self.nodes) - 1
 
@@ -158,7 +167,8 @@ class Builder:
             raise ConstraintError(RETURN_RULE, line=self.nodes[output].line,
                                   hint="return store(y)")
         kernel = Kernel(name, tuple(self.nodes), output, spec_path)
-        object.__setattr__(kernel, "_terms", tuple(self.terms))
+        if len(self.terms) == len(self.nodes):
+            object.__setattr__(kernel, "_terms", tuple(self.terms))
         return kernel
 
 
@@ -207,7 +217,7 @@ def build(name: str, nodes: Iterable[Node], output: int, machine,
             raise ConstraintError(f"unknown op {n.op!r}")
         if any(isinstance(a, int) and not 0 <= a < i for a in n.args):
             raise ConstraintError(f"{n.op} uses a value before it is defined", line=n.line)
-        b.add(n.op, n.args, dict(n.attrs), n.name, n.line)
+        b._add(n.op, n.args, n.attrs, None, n.name, n.line, None)
     if not 0 <= output < len(b.nodes):
         raise ConstraintError("kernel output is out of range")
     return b.finish(name, output, spec_path)

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from stochopt.leir.layout import Layout
 from stochopt.leir.rules import Const
 
 # ops whose value is their (only) source's value: they move data, never change it
@@ -120,8 +121,31 @@ def _source_keys(sources: tuple) -> tuple:
     return tuple(s if isinstance(s, Term) else canonical(s) for s in sources)
 
 
+# attrs_key by the identity of the attrs tuple: unchanged nodes share theirs from kernel
+# to kernel, so each is made canonical once, and layouts (deep to hash) become numbers
+_ATTRS_KEYS: dict[int, tuple[tuple, tuple]] = {}
+_LAYOUT_NUMBERS: dict[Layout, int] = {}
+ATTRS_KEYS_KEPT = 100_000
+
+
 def attrs_key(attrs: tuple) -> tuple:
-    return tuple((name, canonical(v)) for name, v in attrs)
+    """The hashable key of a node's static arguments (canonical(), layouts numbered)."""
+    known = _ATTRS_KEYS.get(id(attrs))
+    if known is not None and known[0] is attrs:
+        return known[1]
+    key = tuple((name, _layout_number(v) if isinstance(v, Layout) else canonical(v))
+                for name, v in attrs)
+    if len(_ATTRS_KEYS) >= ATTRS_KEYS_KEPT:
+        _ATTRS_KEYS.clear()
+    _ATTRS_KEYS[id(attrs)] = (attrs, key)  # holding attrs keeps its id from being reused
+    return key
+
+
+def _layout_number(layout: Layout) -> tuple[str, int]:
+    number = _LAYOUT_NUMBERS.get(layout)
+    if number is None:
+        number = _LAYOUT_NUMBERS[layout] = len(_LAYOUT_NUMBERS)
+    return ("layout", number)
 
 
 def lookup(op: str, sources: tuple, attrs: tuple) -> Term | None:
@@ -222,6 +246,7 @@ def value_graph_id(value: Term) -> str:
         stack.pop()
         sources = [f"%{index[id(s)]}" if isinstance(s, Term) else repr(canonical(s))
                    for s in t.sources]
-        lines.append(f"{t.op} {t.type!r} ({', '.join(sources)}) {attrs_key(t.attrs)!r}")
+        attrs = [(name, canonical(v)) for name, v in t.attrs]  # no layout numbers here
+        lines.append(f"{t.op} {t.type!r} ({', '.join(sources)}) {attrs!r}")
         index[id(t)] = len(index)
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:12]

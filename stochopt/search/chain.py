@@ -14,7 +14,7 @@ import random
 import time
 from dataclasses import dataclass
 
-from stochopt.backend.cost import cost
+from stochopt.backend.cost import cycles as kernel_cycles
 from stochopt.errors import ConstraintError, ParseError, StochoptError
 from stochopt.leir.ir import Kernel
 from stochopt.leir.parser import parse
@@ -77,7 +77,7 @@ class Chain:
     # -- state ------------------------------------------------------------------------
     def set_current(self, kernel: Kernel) -> None:
         self.current = kernel
-        self.current_cycles = cost(kernel, self.machine).cycles
+        self.current_cycles = kernel_cycles(kernel, self.machine)
         self.current_eq = self.screening.error(kernel)
         self.current_cost = self.current_eq + self.config.lam * self.perf(self.current_cycles)
 
@@ -171,7 +171,7 @@ class Chain:
             if kernel.output_type.shape != self.baseline.output_type.shape:
                 raise StochoptError(f"kernel returns shape {kernel.output_type.shape}, the "
                                     f"spec {self.baseline.output_type.shape}")
-            cycles = cost(kernel, self.machine).cycles
+            cycles = kernel_cycles(kernel, self.machine)
         except StochoptError as e:
             event.update(outcome="invalid", error=str(e))
             return None, None

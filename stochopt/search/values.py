@@ -49,6 +49,7 @@ class NodeValues:
         self.budget = budget_bytes
         self.values: OrderedDict[tuple, np.ndarray] = OrderedDict()
         self.bytes = 0
+        self.owners: dict[int, list] = {}  # id -> [array owning memory, values using it]
         self.computed = 0  # node values computed (the rest came from the cache)
 
     def output(self, kernel: Kernel, index: int, inputs: dict, exact: bool) -> np.ndarray:
@@ -95,11 +96,36 @@ class NodeValues:
         value.flags.writeable = False
         self.computed += 1
         self.values[key] = value
-        self.bytes += value.nbytes
+        self._hold(value)
         while self.bytes > self.budget and len(self.values) > 1:
             _, old = self.values.popitem(last=False)
-            self.bytes -= old.nbytes
+            self._release(old)
         return value
+
+    # a transpose, a load or an exact cast of a float64 value is a view of (or the very
+    # array of) another value: memory is counted once per array that owns it
+    def _hold(self, value: np.ndarray) -> None:
+        owner = _owner(value)
+        held = self.owners.get(id(owner))
+        if held is None:
+            self.owners[id(owner)] = [owner, 1]
+            self.bytes += owner.nbytes
+        else:
+            held[1] += 1
+
+    def _release(self, value: np.ndarray) -> None:
+        owner = _owner(value)
+        held = self.owners[id(owner)]
+        held[1] -= 1
+        if held[1] == 0:
+            del self.owners[id(owner)]
+            self.bytes -= owner.nbytes
+
+
+def _owner(value: np.ndarray) -> np.ndarray:
+    while isinstance(value.base, np.ndarray):
+        value = value.base
+    return value
 
 
 class CachedScreening(ScreeningSet):
