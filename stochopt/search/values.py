@@ -72,8 +72,12 @@ class NodeValues:
             for i, term in enumerate(terms[:kernel.output + 1]):
                 if not needed[i] or i in known:
                     continue
-                known[i] = self._put((exact, keys[i], index), self._compute(
-                    term, kernel.nodes[i].args, known, inputs, exact))
+                key = (exact, keys[i], index)
+                value = self._get(key)  # a load or relayout of a value computed just now
+                if value is None:
+                    value = self._put(key, self._compute(term, kernel.nodes[i].args, known,
+                                                         inputs, exact))
+                known[i] = value
         return known[kernel.output]
 
     @staticmethod
@@ -95,6 +99,8 @@ class NodeValues:
         value = np.asarray(value)
         value.flags.writeable = False
         self.computed += 1
+        if key in self.values:
+            self._release(self.values.pop(key))
         self.values[key] = value
         self._hold(value)
         while self.bytes > self.budget and len(self.values) > 1:
