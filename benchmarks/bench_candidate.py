@@ -3,6 +3,7 @@ chain's whole step; and how many candidates a mutate chain gets through per seco
 
     python benchmarks/bench_candidate.py                 # softmax and mla_decode
     python benchmarks/bench_candidate.py --profile       # where a chain step's time goes
+    python benchmarks/bench_candidate.py --run 60        # optimize, mutate, 2 chains, 60 s
 
 Medians and spreads over repetitions (time.perf_counter). No assertions: these are
 measurements, the test suite never times anything.
@@ -47,7 +48,25 @@ def chain_rate(spec, baseline, seconds: float, arms: list[str], seed: int) -> fl
     while time.perf_counter() < end:
         chain.step()
         n += 1
+    screening = chain.screening
+    if hasattr(screening, "hits"):  # the value caches (absent from older versions)
+        print(f"    seed {seed}: {n / seconds:.0f}/s, screening verdicts from the cache "
+              f"{screening.hits}/{screening.hits + screening.misses}, node values "
+              f"computed {screening.node_values.computed}, full checks {chain.full_checks}")
     return n / seconds
+
+
+def run_rate(spec_path: Path, seconds: float, chains: int) -> None:
+    """What the issue measures: `optimize --proposer mutate` with N chains, candidates
+    per second of the run (full checks and the final re-check included)."""
+    import tempfile
+
+    from stochopt.search.optimize import optimize
+    with tempfile.TemporaryDirectory() as tmp:
+        result = optimize(str(spec_path), budget=seconds, proposer="mutate", chains=chains,
+                          run_dir=str(Path(tmp) / "run"))
+    print(f"  optimize, {chains} chains, {seconds:.0f} s: {result.proposals} candidates, "
+          f"{result.proposals / seconds:.0f}/s of budget; best {result.best_cycles} cycles")
 
 
 def main() -> None:
@@ -56,8 +75,15 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--seconds", type=float, default=10.0, help="per chain-rate sample")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--run", type=float, default=0.0, metavar="SECONDS",
+                    help="only time a whole `optimize --proposer mutate` run per spec")
+    ap.add_argument("--chains", type=int, default=2, help="chains of the --run")
     args = ap.parse_args()
     for name in args.specs.split(","):
+        if args.run:
+            print(f"== {name}")
+            run_rate(SPECS / f"{name}.py", args.run, args.chains)
+            continue
         spec = load_spec(SPECS / f"{name}.py")
         baseline = lower(spec)
         screening = ScreeningSet(spec, baseline, MNCORE2)
