@@ -3,6 +3,7 @@ chain's whole step; and how many candidates a mutate chain gets through per seco
 
     python benchmarks/bench_candidate.py                 # softmax and mla_decode
     python benchmarks/bench_candidate.py --profile       # where a chain step's time goes
+    python benchmarks/bench_candidate.py --run 60        # optimize, mutate, 2 chains, 60 s
 
 Medians and spreads over repetitions (time.perf_counter). No assertions: these are
 measurements, the test suite never times anything.
@@ -39,15 +40,35 @@ def timed(fn, repeat: int) -> list[float]:
     return timings(fn, repeat, warmup=1)
 
 
-def chain_rate(spec, baseline, seconds: float, arms: list[str], seed: int) -> float:
+def chain_rate(spec, baseline, seconds: float, arms: list[str], seed: int,
+               full_examples: int = 200) -> float:
     chain = Chain(0, spec, baseline, cost(baseline, MNCORE2).cycles, baseline, MNCORE2,
-                  arms, seed, ChainConfig())
+                  arms, seed, ChainConfig(full_examples=full_examples))
     end = time.perf_counter() + seconds
     n = 0
     while time.perf_counter() < end:
         chain.step()
         n += 1
+    screening = chain.screening
+    if hasattr(screening, "hits"):  # the value caches (absent from older versions)
+        print(f"    seed {seed}: {n / seconds:.0f}/s, screening verdicts from the cache "
+              f"{screening.hits}/{screening.hits + screening.misses}, node values "
+              f"computed {screening.node_values.computed}, full checks {chain.full_checks}")
     return n / seconds
+
+
+def run_rate(spec_path: Path, seconds: float, chains: int, full_examples: int) -> None:
+    """What the issue measures: `optimize --proposer mutate` with N chains, candidates
+    per second of the run (its full checks included, of full_examples each)."""
+    import tempfile
+
+    from stochopt.search.optimize import optimize
+    with tempfile.TemporaryDirectory() as tmp:
+        result = optimize(str(spec_path), budget=seconds, proposer="mutate", chains=chains,
+                          run_dir=str(Path(tmp) / "run"),
+                          config=ChainConfig(full_examples=full_examples))
+    print(f"  optimize, {chains} chains, {seconds:.0f} s: {result.proposals} candidates, "
+          f"{result.proposals / seconds:.0f}/s of budget; best {result.best_cycles} cycles")
 
 
 def main() -> None:
@@ -56,8 +77,18 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=30)
     ap.add_argument("--seconds", type=float, default=10.0, help="per chain-rate sample")
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--run", type=float, default=0.0, metavar="SECONDS",
+                    help="only time a whole `optimize --proposer mutate` run per spec")
+    ap.add_argument("--chains", type=int, default=2, help="chains of the --run")
+    ap.add_argument("--full-examples", type=int, default=200,
+                    help="examples per full check in the chains (1: time the chain's own "
+                         "path, as when full checks run beside the chains)")
     args = ap.parse_args()
     for name in args.specs.split(","):
+        if args.run:
+            print(f"== {name}")
+            run_rate(SPECS / f"{name}.py", args.run, args.chains, args.full_examples)
+            continue
         spec = load_spec(SPECS / f"{name}.py")
         baseline = lower(spec)
         screening = ScreeningSet(spec, baseline, MNCORE2)
@@ -76,7 +107,8 @@ def main() -> None:
                 chain.step()
             prof.disable()
             pstats.Stats(prof).sort_stats("cumulative").print_stats(18)
-        rates = [chain_rate(spec, baseline, args.seconds, ["mutate"], s) for s in range(3)]
+        rates = [chain_rate(spec, baseline, args.seconds, ["mutate"], s, args.full_examples)
+                 for s in range(3)]
         print(f"  mutate chain              median {statistics.median(rates):8.0f} "
               f"candidates/s  min {min(rates):.0f}  max {max(rates):.0f} (3 seeds, "
               f"{args.seconds:.0f} s each, full checks included)")

@@ -9,7 +9,9 @@ the kernel's cycle count. See docs/machine.md for every formula.
 
 from __future__ import annotations
 
+import weakref
 from bisect import bisect_right
+from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from math import ceil
 
@@ -69,23 +71,43 @@ class Profile:
                 "links": dict(self.link_busy or {})}
 
 
+# per machine, each term's Work by its surroundings: a term fixes the op, its input and
+# output types and its attributes; with the few facts about its neighbours that some cost
+# rules read (DRAM extent, stored-only results) that is all a cost rule sees, so an
+# unchanged node is never costed twice
+_WORK: dict[Machine, weakref.WeakKeyDictionary] = {}
+
+
 def op_work(kernel: Kernel, machine: Machine) -> list[Work]:
     """The Work of every node, from the op table's cost rules, each told what about its
-    surroundings its cost depends on (op_costs.DRAM_EXTENT, op_costs.STORED_ONLY)."""
+    surroundings its cost depends on (op_costs.DRAM_EXTENT, op_costs.STORED_ONLY).
+    Cached per term and per those surroundings, so an unchanged node is costed once."""
+    known = _WORK.get(machine)
+    if known is None:
+        known = _WORK[machine] = weakref.WeakKeyDictionary()
     nodes = kernel.nodes
     users = kernel.users() if any(n.op == "store" or n.op in _TREE_RESULTS
                                   for n in nodes) else []
     out = []
-    for i, n in enumerate(nodes):
-        ins = [a if isinstance(a, Const) else nodes[a].type for a in n.args]
-        attrs = dict(n.attrs)
+    for i, (n, term) in enumerate(zip(nodes, kernel.terms, strict=True)):
+        context: tuple = ()
         if n.op == "load":
-            attrs[DRAM_EXTENT] = _whole_axes(n.type.shape, _dram_root(kernel, n.inputs[0]))
+            context = ((DRAM_EXTENT, _whole_axes(n.type.shape,
+                                                 _dram_root(kernel, n.inputs[0]))),)
         elif n.op == "store":
-            attrs[DRAM_EXTENT] = _whole_axes(n.type.shape, _stored_root(kernel, users, i))
+            context = ((DRAM_EXTENT, _whole_axes(n.type.shape,
+                                                 _stored_root(kernel, users, i))),)
         elif n.op in _TREE_RESULTS:
-            attrs[STORED_ONLY] = all(nodes[u].op == "store" for u in users[i])
-        out.append(op_of(n.op).cost(machine, ins, n.type, attrs))
+            context = ((STORED_ONLY, all(nodes[u].op == "store" for u in users[i])),)
+        by_context = known.get(term)
+        if by_context is None:
+            by_context = known[term] = {}
+        work = by_context.get(context)
+        if work is None:
+            ins = [a if isinstance(a, Const) else nodes[a].type for a in n.args]
+            work = by_context[context] = op_of(n.op).cost(machine, ins, n.type,
+                                                          {**dict(n.attrs), **dict(context)})
+        out.append(work)
     return out
 
 
@@ -265,6 +287,34 @@ def cost(kernel: Kernel, machine: Machine | str | None = None) -> Profile:
     dram = sum(w.bytes for n, w in zip(nodes, works, strict=True) if n.op in ("load", "store"))
     return Profile(max(end, default=0), ops, busy, path, path_cycles, peak, peak_at, dram,
                    sum(w.flops for w in works), link_busy)
+
+
+CYCLES_KEPT = 100_000  # kernels whose cycle count cycles() remembers, per process
+_CYCLES: OrderedDict[tuple, int | ConstraintError] = OrderedDict()
+
+
+def cycles(kernel: Kernel, machine: Machine) -> int:
+    """The kernel's cycle count alone, as cost() gives it (ConstraintError when it does
+    not fit in memory). The search asks for it on every candidate and meets the same
+    kernels again and again, so it is remembered per kernel: its terms (ops, types,
+    layouts, attributes) and its program order, which is all the schedule reads."""
+    key = (machine, kernel.terms, tuple(n.args for n in kernel.nodes))
+    known = _CYCLES.get(key)
+    if known is None:
+        try:
+            works = op_work(kernel, machine)
+            known = max(_schedule(kernel, works, [n.inputs for n in kernel.nodes],
+                                  machine)[1], default=0)
+        except ConstraintError as e:
+            known = e
+        _CYCLES[key] = known
+        if len(_CYCLES) > CYCLES_KEPT:
+            _CYCLES.popitem(last=False)
+    else:
+        _CYCLES.move_to_end(key)
+    if isinstance(known, ConstraintError):
+        raise known.with_traceback(None)
+    return known
 
 
 def _schedule(kernel: Kernel, works: list[Work], inputs: list[tuple[int, ...]],

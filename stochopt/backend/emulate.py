@@ -9,7 +9,7 @@ kept between calls.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import ml_dtypes
 import numpy as np
@@ -19,7 +19,7 @@ from stochopt.errors import StochoptError
 from stochopt.leir.ir import Kernel
 from stochopt.leir.ops import OPS
 from stochopt.leir.rules import Const
-from stochopt.leir.types import native_dtype
+from stochopt.leir.types import TensorType, native_dtype
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -30,20 +30,16 @@ def emulate(kernel: Kernel, inputs: Mapping[str, np.ndarray], machine=None,
     check_emulation_memory(kernel)
     values: list[np.ndarray | None] = [None] * len(kernel.nodes)
     last_use = _last_uses(kernel)
+    nodes = kernel.nodes
     with np.errstate(all="ignore"):
-        for i, node in enumerate(kernel.nodes):
+        for i, node in enumerate(nodes):
             if node.op == "input":
-                values[i] = _input(node, inputs, exact)
+                values[i] = convert_input(node.attr("name"), node.type, inputs, exact)
                 continue
             args = [a.value if isinstance(a, Const) else values[a] for a in node.args]
-            attrs = dict(node.attrs)
-            dtype = node.type.dtype
-            if exact:
-                out = _exact(node.op, args, attrs, dtype)
-            else:
-                layouts = [kernel.nodes[a].type.layout for a in node.inputs]
-                out = _native(node.op, args, attrs, dtype, layouts)
-            values[i] = out
+            arg_types = [a if isinstance(a, Const) else nodes[a].type for a in node.args]
+            values[i] = evaluate_node(node.op, node.type, arg_types, args, dict(node.attrs),
+                                      exact)
             for a in node.inputs:  # free what no later op reads
                 if last_use[a] == i and a != kernel.output:
                     values[a] = None
@@ -90,8 +86,23 @@ def _last_uses(kernel: Kernel) -> list[int]:
     return last
 
 
-def _input(node, inputs: Mapping[str, np.ndarray], exact: bool) -> np.ndarray:
-    name, t = node.attr("name"), node.type
+def evaluate_node(op: str, out_type: TensorType, arg_types: Sequence, args: list,
+                  attrs: dict, exact: bool) -> np.ndarray:
+    """The value of one op on its arguments' values (inside np.errstate(all="ignore")).
+    Everything a node's value may depend on is a parameter here, so the per-node value
+    cache (search/values.py) and emulate() compute alike. Exact values must never depend
+    on a layout (exact value keys ignore layouts); a native rule that reads a layout fact
+    other than the summed axis of reduce_sum or matmul must add it to the native value
+    key (terms.REDUCTION_ORDER in leir/terms.py)."""
+    if exact:
+        return _exact(op, args, attrs, out_type.dtype)
+    layouts = [t.layout for t in arg_types if not isinstance(t, Const)]
+    return _native(op, args, attrs, out_type.dtype, layouts)
+
+
+def convert_input(name: str, t: TensorType, inputs: Mapping[str, np.ndarray],
+                  exact: bool) -> np.ndarray:
+    """A kernel input's value as the kernel sees it: its dtype, or float64 when exact."""
     if name not in inputs:
         raise StochoptError(f"no value given for kernel input {name!r}")
     x = np.asarray(inputs[name])

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stochopt.errors import ConstraintError, StochoptError
+from stochopt.leir import terms as T
 from stochopt.leir.ops import INPUT_OP, OPS, Op
 from stochopt.leir.rules import Const, check_local_memory
 from stochopt.leir.types import TensorType
@@ -48,6 +49,26 @@ class Kernel:
     nodes: tuple[Node, ...]
     output: int           # index of the node returned: a store, or a concat of stores
     spec_path: str | None = field(default=None, compare=False)
+    _terms: tuple | None = field(default=None, init=False, compare=False, repr=False)
+
+    @property
+    def terms(self) -> tuple[T.Term, ...]:
+        """The hash-consed term of every node (terms.py): identical subgraphs, in this
+        kernel or any other, are one object. Made by the Builder, or on first use."""
+        if self._terms is None:
+            object.__setattr__(self, "_terms", T.terms_of(self.nodes))
+        return self._terms
+
+    @property
+    def exact_key(self) -> T.Term:
+        """What the kernel computes in exact mode, whatever its layouts and op order."""
+        return self.terms[self.output].exact_key
+
+    @property
+    def native_key(self) -> T.Term:
+        """What it computes in native mode: the exact key plus the layouts that set the
+        order of its sums (terms.REDUCTION_ORDER)."""
+        return self.terms[self.output].native_key
 
     @property
     def params(self) -> tuple[Node, ...]:
@@ -82,22 +103,52 @@ def infer(op_name: str, arg_types: Sequence[TensorType | Const], attrs: dict,
 
 
 class Builder:
-    """Appends nodes one at a time, typing each as it goes (define-and-run)."""
+    """Appends nodes one at a time, typing each as it goes (define-and-run).
+
+    Each node's term is looked up before its type rule runs: a term already checked on
+    this machine has its type, so re-typing a kernel after a small edit costs one cache
+    lookup per unchanged node (the type and constraint cache on (op, sources' types,
+    attributes) that hash-consing gives for free)."""
 
     def __init__(self, machine) -> None:
         self.machine = machine
         self.nodes: list[Node] = []
+        self.terms: list[T.Term] = []
 
     def input(self, name: str, type_: TensorType) -> int:
         self.nodes.append(Node("input", (), (("name", name),), type_, name))
+        self.terms.append(T.make_input(name, type_))
         return len(self.nodes) - 1
 
     def add(self, op_name: str, args: Sequence[Arg], attrs: dict, name: str = "",
             line: int | None = None, col: int | None = None) -> int:
+        ordered = tuple((p.name, attrs[p.name]) for p in OPS[op_name].static_params
+                        if p.name in attrs)
+        return self._add(op_name, tuple(args), ordered, attrs, name, line, col)
+
+    def _add(self, op_name: str, args: tuple, ordered: tuple, attrs: dict | None,
+             name: str, line: int | None, col: int | None) -> int:
+        """Append a node whose static arguments are ``ordered`` (the op's parameter order;
+        ``attrs`` as given, or None to take them from ``ordered``)."""
         if len(self.nodes) >= MAX_OPS:
             raise ConstraintError(f"kernel has more than {MAX_OPS} ops", line=line, col=col,
                                   hint="use fewer loop iterations")
-        op = OPS[op_name]
+        if len(self.terms) != len(self.nodes):  # nodes were given from outside: trust them
+            self.terms = list(T.terms_of(self.nodes))
+        sources = tuple(a if isinstance(a, Const) else self.terms[a] for a in args)
+        term = T.lookup(op_name, sources, ordered)
+        if term is None or not _checked_on(term, self.machine):
+            attrs = dict(ordered) if attrs is None else attrs
+            out = self._infer(op_name, args, attrs, line, col)
+            ordered = tuple((p.name, attrs[p.name]) for p in OPS[op_name].static_params)
+            term = T.make(op_name, sources, ordered, out)
+            term.checked_on = self.machine
+        self.nodes.append(Node(op_name, args, term.attrs, term.type, name, line))
+        self.terms.append(term)
+        return len(self.nodes) - 1
+
+    def _infer(self, op_name: str, args: Sequence[Arg], attrs: dict, line, col) -> TensorType:
+        """Run the op's type rule and every constraint, naming the operands in errors."""
         types = [a if isinstance(a, Const) else self.nodes[a].type for a in args]
         names = [str(a) if isinstance(a, Const) else (self.nodes[a].name or f"%{a}")
                  for a in args]
@@ -109,15 +160,27 @@ class Builder:
             raise
         if op_name == "concat" and out.location == "dram":
             _check_stored_tiles(self.nodes, args, line, col)
-        ordered = tuple((p.name, attrs[p.name]) for p in op.static_params)
-        self.nodes.append(Node(op_name, tuple(args), ordered, out, name, line))
-        return len(self.nodes) - 1
+        return out
 
     def finish(self, name: str, output: int, spec_path: str | None = None) -> Kernel:
         if not is_stored(self.nodes[output]):
             raise ConstraintError(RETURN_RULE, line=self.nodes[output].line,
                                   hint="return store(y)")
-        return Kernel(name, tuple(self.nodes), output, spec_path)
+        kernel = Kernel(name, tuple(self.nodes), output, spec_path)
+        if len(self.terms) == len(self.nodes):
+            object.__setattr__(kernel, "_terms", tuple(self.terms))
+        return kernel
+
+
+def _checked_on(term: T.Term, machine) -> bool:
+    """Whether the term's constraints hold on this machine: checked there already (a
+    term's type never depends on the machine, its legality does)."""
+    if term.checked_on is machine:
+        return True
+    if term.checked_on is not None and term.checked_on == machine:
+        term.checked_on = machine  # an equal copy (a worker's unpickled machine)
+        return True
+    return False
 
 
 RETURN_RULE = ("a kernel must return store(...) of its result, or concat([...], axis) of "
@@ -154,7 +217,7 @@ def build(name: str, nodes: Iterable[Node], output: int, machine,
             raise ConstraintError(f"unknown op {n.op!r}")
         if any(isinstance(a, int) and not 0 <= a < i for a in n.args):
             raise ConstraintError(f"{n.op} uses a value before it is defined", line=n.line)
-        b.add(n.op, n.args, dict(n.attrs), n.name, n.line)
+        b._add(n.op, n.args, n.attrs, None, n.name, n.line, None)
     if not 0 <= output < len(b.nodes):
         raise ConstraintError("kernel output is out of range")
     return b.finish(name, output, spec_path)

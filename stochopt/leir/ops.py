@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
+from functools import cache, partial
 from typing import Any
 
 import numpy as np
@@ -259,6 +259,7 @@ INPUT_OP = Op("input", INPUT, (), "a kernel parameter", None, None,
 
 
 
+@cache  # asked on every mutation; the table never changes after import
 def siblings(name: str) -> tuple[str, ...]:
     """Ops that can stand in for this one: same kind and same parameters."""
     op = OPS[name]

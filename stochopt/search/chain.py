@@ -14,15 +14,15 @@ import random
 import time
 from dataclasses import dataclass
 
-from stochopt.backend.cost import cost
+from stochopt.backend.cost import cycles as kernel_cycles
 from stochopt.errors import ConstraintError, ParseError, StochoptError
 from stochopt.leir.ir import Kernel
 from stochopt.leir.parser import parse
 from stochopt.leir.render import render
 from stochopt.search.proposers import BUILTIN, Arm, Bandit
+from stochopt.search.values import CachedScreening, Proofs
 from stochopt.spec import Spec
 from stochopt.verify.check import check, check_signature
-from stochopt.verify.screening import ScreeningSet
 
 OUTCOMES = ("parse_error", "invalid", "wrong", "rejected", "accepted", "best")
 
@@ -62,8 +62,9 @@ class Chain:
         for a in arms:
             self.bandit.arms.setdefault(a, Arm())
         self.llm = llm
-        self.screening = ScreeningSet(spec, baseline, machine, self.config.screening_inputs,
-                                      seed)
+        self.screening = CachedScreening(spec, baseline, machine,
+                                         self.config.screening_inputs, seed)
+        self.proofs = Proofs()  # value graphs this chain's full checks proved
         self.proposals = 0
         self.since_improvement = 0
         self.full_checks = 0
@@ -76,7 +77,7 @@ class Chain:
     # -- state ------------------------------------------------------------------------
     def set_current(self, kernel: Kernel) -> None:
         self.current = kernel
-        self.current_cycles = cost(kernel, self.machine).cycles
+        self.current_cycles = kernel_cycles(kernel, self.machine)
         self.current_eq = self.screening.error(kernel)
         self.current_cost = self.current_eq + self.config.lam * self.perf(self.current_cycles)
 
@@ -170,7 +171,7 @@ class Chain:
             if kernel.output_type.shape != self.baseline.output_type.shape:
                 raise StochoptError(f"kernel returns shape {kernel.output_type.shape}, the "
                                     f"spec {self.baseline.output_type.shape}")
-            cycles = cost(kernel, self.machine).cycles
+            cycles = kernel_cycles(kernel, self.machine)
         except StochoptError as e:
             event.update(outcome="invalid", error=str(e))
             return None, None
@@ -187,30 +188,42 @@ class Chain:
             event["outcome"] = "wrong" if eq > 0 else "rejected"
             return None, None
         if eq == 0 and cycles < self.best_cycles:
-            verdict = check(kernel, self.spec, examples=self.config.full_examples,
-                            seed=self.seed * 7919 + self.full_checks, machine=self.machine,
-                            baseline=self.baseline, deadline=deadline)
-            self.full_checks += 1
-            if verdict.interrupted:
-                event.update(outcome="rejected", error="full check cut short by the budget")
-                return None, None
-            if not verdict.equivalent:
-                self.add_counterexample(verdict.counterexample)
-                self.set_current(self.current)  # its eq may have changed too
-                event.update(outcome="wrong", error=verdict.counterexample.describe(),
-                             counterexample=True)
-                return None, None
+            facts = self.proofs.earlier(kernel)  # same values as a kernel proved before
+            if facts is None:
+                facts = self._full_check(kernel, event, deadline)
+                if facts is None:
+                    return None, None
+            else:
+                event["proved_earlier"] = facts["value_graph"]
             self.best_cycles = cycles
             self.best_text = render(kernel)
             self.since_improvement = 0
             self.current, self.current_cycles, self.current_eq = kernel, cycles, 0.0
             self.current_cost = lam_perf
             event["outcome"] = "best"
-            return kernel, verdict.to_json()
+            return kernel, facts
         self.current, self.current_cycles, self.current_eq = kernel, cycles, eq
         self.current_cost = eq + lam_perf
         event["outcome"] = "accepted"
         return None, None
+
+    def _full_check(self, kernel: Kernel, event: dict, deadline) -> dict | None:
+        """The full check of a candidate best: its verdict facts when it passes, else
+        None (the event says why; a counterexample joins the screening set)."""
+        verdict = check(kernel, self.spec, examples=self.config.full_examples,
+                        seed=self.seed * 7919 + self.full_checks, machine=self.machine,
+                        baseline=self.baseline, deadline=deadline)
+        self.full_checks += 1
+        if verdict.interrupted:
+            event.update(outcome="rejected", error="full check cut short by the budget")
+            return None
+        if not verdict.equivalent:
+            self.add_counterexample(verdict.counterexample)
+            self.set_current(self.current)  # its eq may have changed too
+            event.update(outcome="wrong", error=verdict.counterexample.describe(),
+                         counterexample=True)
+            return None
+        return self.proofs.record(kernel, verdict.to_json())
 
 
 def cand_latency(cand: Candidate) -> float:

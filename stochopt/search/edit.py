@@ -31,6 +31,8 @@ def remove_dead(nodes: list[Node], output: int) -> tuple[list[Node], int]:
         if i in live:
             live.update(nodes[i].inputs)
     keep = [i for i, n in enumerate(nodes) if i in live or n.op == "input"]
+    if len(keep) == len(nodes):  # nothing dead (the common case): no renumbering
+        return list(nodes), output
     index = {old: new for new, old in enumerate(keep)}
     return [remap(nodes[i], index) for i in keep], index[output]
 

@@ -97,18 +97,22 @@ class ScreeningSet:
         ranges where none can reach the baseline's (ranges.range_refusal)."""
         return self.baseline_safe and analyze(kernel, self.ranges).poison is not None
 
+    def output(self, kernel: Kernel, i: int, exact: bool) -> np.ndarray:
+        """The kernel's output on screening input i (search/values.py caches it per node)."""
+        return emulate(kernel, self.inputs[i], self.machine, exact=exact)
+
     def _one(self, kernel, i: int) -> float:
         x, ref, base = self.inputs[i], self.references[i], self.baseline_outputs[i]
         if kernel.output_type.shape != ref.shape:
             return MAX_INPUT_COST
         finite, sem_limit, prec_limit = self._limits(i)
         size = self.magnitudes[i]
-        exact = emulate(kernel, x, self.machine, exact=True)
+        exact = self.output(kernel, i, exact=True)
         if not (finite and _within(exact, ref, sem_limit)):
             sem, bad = semantic_error(exact, ref, self.typical_scale, size)
             if bad is not None:
                 return FAIL_COST + MAX_INPUT_COST
-        got = emulate(kernel, x, self.machine)
+        got = self.output(kernel, i, exact=False)
         if finite and _within(got, ref, prec_limit):
             return 0.0  # the common case, decided without building error arrays
         prec, bad = precision_check(got, ref, self.spec.output_dtype, self.spec.rtol,
