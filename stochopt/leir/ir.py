@@ -16,6 +16,7 @@ from stochopt.errors import ConstraintError, StochoptError
 from stochopt.leir.ops import INPUT_OP, OPS, Op
 from stochopt.leir.rules import Const, check_local_memory
 from stochopt.leir.types import TensorType
+from stochopt.notebook import Displayable
 
 MAX_OPS = 10_000
 
@@ -43,7 +44,7 @@ class Node:
 
 
 @dataclass(frozen=True, slots=True)
-class Kernel:
+class Kernel(Displayable):  # Displayable: Jupyter shows it highlighted
     name: str
     nodes: tuple[Node, ...]
     output: int           # index of the node returned: a store, or a concat of stores
