@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from stochopt.backend.cost import Profile
     from stochopt.backend.machine import Machine
     from stochopt.leir.ir import Kernel
+    from stochopt.search.chain import ChainConfig
     from stochopt.search.driver import RunResult
     from stochopt.verify.check import Verdict
 
@@ -146,10 +147,11 @@ def _checked_inputs(arrays, wanted: Mapping[str, tuple[str, tuple[int, ...]]],
     for name, (dtype, shape) in wanted.items():
         try:
             x = np.asarray(arrays[name])
-            if x.dtype == object:
-                raise TypeError("not numbers")
-        except (TypeError, ValueError) as e:
-            raise StochoptError(f"input {name!r} is not an array of numbers: {e}") from None
+        except (TypeError, ValueError) as e:  # ragged lists and the like
+            raise StochoptError(f"input {name!r} is not an array: {e}") from None
+        if x.dtype.kind in "OUSmM":  # objects, strings, dates: no number to cast
+            raise StochoptError(f"input {name!r} is not an array of numbers (dtype {x.dtype})",
+                                hint=f"give a numpy array of {dtype}")
         if x.shape != tuple(shape):
             raise StochoptError(f"input {name!r} has shape {x.shape}, {where} wants "
                                 f"{tuple(shape)}")
@@ -261,12 +263,13 @@ def optimize(spec: SpecLike | None = None, *, budget: str | float = "10m",
              machine: str | Path | Machine = DEFAULT_MACHINE, run_dir: str | Path | None = None,
              resume: str | Path | None = None, max_proposals: int | None = None,
              max_cost: float | None = None, llm: Mapping[str, Any] | None = None,
-             progress: Callable[[dict], None] | None = None,
-             live: bool | None = None) -> RunResult:
+             progress: Callable[[dict], None] | None = None, live: bool | None = None,
+             config: ChainConfig | None = None) -> RunResult:
     """Search for a faster kernel equivalent to a spec; the best verified one is in
     result.best_path. ``progress`` receives a snapshot dict a few times a second; ``live``
     draws them (None: in Jupyter only). Interrupting stops the run cleanly: its checkpoint
-    is kept and ``resume=result.run_dir`` continues it."""
+    is kept and ``resume=result.run_dir`` continues it. ``config`` tunes the chains
+    (stochopt.search.chain.ChainConfig: e.g. fewer full-check examples for a quick look)."""
     from stochopt.notebook import live_progress
     from stochopt.search.optimize import optimize as search
 
@@ -293,7 +296,7 @@ def optimize(spec: SpecLike | None = None, *, budget: str | float = "10m",
                       machine=_str(machine) if isinstance(machine, Path) else machine,
                       resume=_str(resume), max_proposals=max_proposals, max_cost=max_cost,
                       name=spec_name, llm=dict(llm) if llm and llm.get("model") else None,
-                      progress=on_progress)
+                      progress=on_progress, config=config)
 
 
 class Report(dict, Displayable):
