@@ -15,6 +15,7 @@ Heavy modules are imported inside the functions so that `import stochopt` stays 
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import sys
 import tempfile
@@ -40,8 +41,8 @@ if TYPE_CHECKING:
     from stochopt.verify.check import Verdict
 
 DEFAULT_MACHINE = "mncore2"
-SpecLike = Spec | str | Path
-KernelLike = Any  # a Kernel, a .leir path, or LEIR text
+SpecLike = Spec | str | Path          # a Spec, a spec file's path, or its text
+KernelLike = "Kernel | str | Path"    # a Kernel, a .leir file's path, or LEIR text
 
 
 # ---------------------------------------------------------------------------------
@@ -93,8 +94,7 @@ def as_spec(spec: SpecLike, name: str | None = None) -> Spec:
         path.write_text(spec)
         loaded = load_spec(path, name)
     # the file is gone: a kernel lowered from it must not name it on its '# spec:' line
-    return Spec(loaded.name, loaded.inputs, loaded.reference, loaded.output, loaded.rtol,
-                loaded.atol, loaded.source, None, loaded.line)
+    return dataclasses.replace(loaded, path=None)
 
 
 def spec_for_kernel(kernel: Kernel, spec: SpecLike | None, name: str | None = None,

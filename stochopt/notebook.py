@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import html
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -234,12 +235,18 @@ def live_progress(callback: Callable[[dict], None] | None,
     last = {"callback": 0.0}
 
     def on_progress(snapshot: dict) -> None:
+        nonlocal view
         now = time.monotonic()
         if callback is not None and now - last["callback"] >= CALLBACK_EVERY_S:
             last["callback"] = now
             callback(snapshot)
         if view is not None:
-            view.update(snapshot, now)
+            try:
+                view.update(snapshot, now)
+            except Exception as e:  # a display that fails must not stop the search
+                warnings.warn(f"stochopt: the live view stopped: {type(e).__name__}: {e}",
+                              stacklevel=2)
+                view = None
 
     try:
         yield on_progress

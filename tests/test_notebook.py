@@ -191,3 +191,21 @@ def test_in_jupyter_the_live_view_redraws_one_output_in_place(monkeypatch):
     last = text_of(shown[-1])
     assert "softmax" in last and "best 4996 cycles" in last and "44 proposed" in last
     assert len(shown) <= 3  # drawn twice a second at most, and once at the end
+
+
+def test_a_live_view_that_fails_warns_once_and_the_search_goes_on(monkeypatch):
+    import IPython.display
+
+    class BrokenHandle:
+        def update(self, obj):
+            raise RuntimeError("the front end went away")
+
+    monkeypatch.setattr(notebook, "in_jupyter", lambda: True)
+    monkeypatch.setattr(IPython.display, "display",
+                        lambda obj, display_id=False: BrokenHandle())
+    seen = []
+    with pytest.warns(UserWarning, match="the live view stopped.*front end went away"):
+        with notebook.live_progress(seen.append, live=None) as on_progress:
+            on_progress(SNAPSHOT)
+            on_progress(SNAPSHOT)
+    assert seen == [SNAPSHOT]
