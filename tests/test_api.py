@@ -304,3 +304,23 @@ def test_an_interrupt_stops_the_run_cleanly_and_resume_goes_on(tmp_path):
     resumed = stochopt.optimize(resume=run_dir, live=False)  # the budget left, ~20 s
     assert resumed.run_dir == str(run_dir) and resumed.stopped_by == "budget"
     assert resumed.proposals >= state["proposals"] and resumed.verified
+
+
+# ---------------------------------------------------------------------------------
+# the CLI is a thin layer: it prints what the API returns
+# ---------------------------------------------------------------------------------
+
+def test_the_cli_prints_what_the_api_returns(kernel, tmp_path):
+    from click.testing import CliRunner
+
+    from stochopt.cli import main
+
+    path = tmp_path / "k.leir"
+    path.write_text(render(kernel))
+    runner = CliRunner()
+    ran = runner.invoke(main, ["run", str(path), "--json", "--machine", SMALL, "--seed", "2"])
+    assert ran.exit_code == 0, ran.output
+    expected = {"kernel": str(path), **stochopt.run(path, machine=SMALL, seed=2).to_json()}
+    assert json.loads(ran.output) == json.loads(json.dumps(expected))
+    lowered = runner.invoke(main, ["lower", str(SOFTMAX), "--machine", SMALL])
+    assert lowered.exit_code == 0 and lowered.output == render(kernel)
