@@ -28,20 +28,6 @@ class _Group(click.Group):
             sys.exit(2)
 
 
-def _read_kernel(path: str, machine):
-    from stochopt.leir import parse
-
-    p = Path(path)
-    try:
-        text = p.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise StochoptError(f"cannot read kernel file {path}: {e}") from None
-    try:
-        return parse(text, machine)
-    except StochoptError as e:
-        raise type(e)(e.message, line=e.line, col=e.col, hint=e.hint, source=path) from None
-
-
 machine_option = click.option(
     "--machine", default="mncore2", show_default=True,
     help="Machine preset (mncore2, small) or a TOML file.")
@@ -61,22 +47,15 @@ def main() -> None:
 @machine_option
 def run(kernel_path: str, seed: int, show_profile: bool, as_json: bool, machine: str) -> None:
     """Emulate a kernel on random inputs and show its outputs and cost."""
-    from stochopt.backend.bound import bound_of_kernel
-    from stochopt.backend.cost import cost, roofline_of_kernel
-    from stochopt.backend.emulate import emulate, random_inputs
+    from stochopt import api
     from stochopt.backend.machine import load_machine
-    from stochopt.report.terminal import array_stats, profile_table, resource_table
+    from stochopt.report.terminal import profile_table, resource_table
 
     m = load_machine(machine)
-    kernel = _read_kernel(kernel_path, m)
-    profile = cost(kernel, m)
-    inputs = random_inputs(kernel, seed)
-    out = emulate(kernel, inputs, m)
-    roof, bound = roofline_of_kernel(kernel, m), bound_of_kernel(kernel, m)
-    facts = {"kernel": kernel_path, "machine": m.name, "seed": seed,
-             "outputs": {"out": array_stats(out)}, **profile.to_json(),
-             "roofline_cycles": roof, "bound_cycles": bound,
-             "bound_share": round(bound / max(1, profile.cycles), 4)}
+    execution = api.run(kernel_path, seed=seed, machine=m)
+    profile, roof, bound = (execution.profile, execution.roofline_cycles,
+                            execution.bound_cycles)
+    facts = {"kernel": kernel_path, **execution.to_json()}
     if as_json:
         click.echo(json.dumps(facts, indent=2))
         return
@@ -104,11 +83,10 @@ def run(kernel_path: str, seed: int, show_profile: bool, as_json: bool, machine:
 @machine_option
 def lower(spec_path: str, output: str | None, name: str | None, machine: str) -> None:
     """Lower a numpy spec to its plain baseline kernel."""
+    from stochopt import api
     from stochopt.leir import render
-    from stochopt.lower import lower as lower_spec
-    from stochopt.spec import load_spec
 
-    kernel = lower_spec(load_spec(spec_path, name), machine)
+    kernel = api.lower(spec_path, name=name, machine=machine)
     text = render(kernel)
     if output:
         _write_text(output, text)
@@ -146,22 +124,6 @@ def specs(as_json: bool, machine: str) -> None:
     console.print(table)
 
 
-def _spec_for_kernel(kernel_path: str, kernel, spec_path: str | None, name: str | None):
-    """The spec named by --spec, or by the kernel's '# spec:' line (relative paths are
-    tried from the kernel's folder, then from here)."""
-    from stochopt.spec import load_spec
-
-    if spec_path is None:
-        spec_path = kernel.spec_path
-        if spec_path is None:
-            raise StochoptError(f"{kernel_path} names no spec",
-                                hint="pass --spec SPEC.py or add a first line '# spec: PATH'")
-        beside = Path(kernel_path).parent / spec_path
-        if not Path(spec_path).is_absolute() and beside.is_file():
-            spec_path = str(beside)
-    return load_spec(spec_path, name)
-
-
 @main.command()
 @click.argument("kernel_path", metavar="KERNEL.leir")
 @click.option("--spec", "spec_path", default=None, help="The spec (default: the kernel's "
@@ -181,20 +143,16 @@ def verify(kernel_path: str, spec_path: str | None, name: str | None, examples: 
            inputs_npz: str | None, cex_path: str | None, as_json: bool, machine: str) -> None:
     """Check that a kernel computes its spec: exit 0 equivalent, 1 counterexample found,
     2 invalid kernel, spec or arguments."""
+    from stochopt import api
     from stochopt.backend.machine import load_machine
-    from stochopt.verify import certificate, check, degenerate_warnings
-    from stochopt.verify.replay import load_inputs
+    from stochopt.verify import certificate
 
     m = load_machine(machine)
-    kernel = _read_kernel(kernel_path, m)
-    spec = _spec_for_kernel(kernel_path, kernel, spec_path, name)
-    extra = [load_inputs(inputs_npz, spec)] if inputs_npz else None
-    verdict = check(kernel, spec, examples=1 if extra else examples, seed=seed, machine=m,
-                    extra_inputs=extra, structured=extra is None)
-    verdict.warnings.extend(degenerate_warnings(spec))
-    cex = verdict.counterexample
-    if cex is not None and inputs_npz is None and cex.mismatch.check != "range":
-        verdict.counterexample.save(cex_path or f"{Path(kernel_path).stem}.counterexample.npz")
+    kernel = api.load_kernel(kernel_path, m)
+    spec = api.spec_for_kernel(kernel, spec_path, name, kernel_path)
+    verdict = api.verify(kernel, spec, examples=examples, seed=seed, inputs=inputs_npz,
+                         machine=m, counterexample_path=None if inputs_npz else
+                         cex_path or f"{Path(kernel_path).stem}.counterexample.npz")
     if as_json:
         facts = verdict.to_json()
         facts["kernel"] = kernel_path
@@ -291,7 +249,7 @@ def optimize(spec_path, budget, proposer, chains, seed, init, name, run_dir, res
 
     from rich.live import Live
 
-    from stochopt.search import optimize as run_optimize
+    from stochopt import api
     from stochopt.search.display import progress_view, summary_lines
     from stochopt.search.llm import describe
 
@@ -324,10 +282,10 @@ def optimize(spec_path, budget, proposer, chains, seed, init, name, run_dir, res
     if live is not None:
         live.start()
     try:
-        result = run_optimize(spec_path, budget=budget, proposer=proposer, chains=chains,
+        result = api.optimize(spec_path, budget=budget, proposer=proposer, chains=chains,
                               seed=seed, init=init, machine=machine, run_dir=run_dir,
                               resume=resume, max_proposals=max_proposals, max_cost=max_cost,
-                              name=name, progress=progress, llm=llm if llm["model"] else None)
+                              name=name, progress=progress, llm=llm, live=False)
     finally:
         if live is not None:
             live.stop()
@@ -342,9 +300,10 @@ def optimize(spec_path, budget, proposer, chains, seed, init, name, run_dir, res
               help="Write a self-contained HTML page with charts to this file.")
 def report(run_dir: str, as_json: bool, html_path: str | None) -> None:
     """What a run did and found: finished, still going, or killed."""
-    from stochopt.report.facts import run_facts, to_json
+    from stochopt import api
+    from stochopt.report.facts import to_json
 
-    facts = run_facts(run_dir)
+    facts = api.report(run_dir)
     if html_path:
         from stochopt.report.html import render_html
 

@@ -17,6 +17,7 @@ from stochopt.leir import terms as T
 from stochopt.leir.ops import INPUT_OP, OPS, Op
 from stochopt.leir.rules import Const, check_local_memory
 from stochopt.leir.types import TensorType
+from stochopt.notebook import Displayable
 
 MAX_OPS = 10_000
 
@@ -44,7 +45,7 @@ class Node:
 
 
 @dataclass(frozen=True, slots=True)
-class Kernel:
+class Kernel(Displayable):  # Displayable: Jupyter shows it highlighted
     name: str
     nodes: tuple[Node, ...]
     output: int           # index of the node returned: a store, or a concat of stores

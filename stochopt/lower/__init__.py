@@ -4,3 +4,8 @@ from stochopt.lower.lowering import LoweringError, lower
 from stochopt.lower.trace import TraceError, trace
 
 __all__ = ["lower", "trace", "LoweringError", "TraceError"]
+
+# stochopt.lower(...) calls stochopt.api.lower: see _CallablePackage there
+from stochopt.api import callable_package  # noqa: E402
+
+callable_package(__name__)

@@ -4,6 +4,7 @@ fetched) built from the facts of a run (see facts.py)."""
 from __future__ import annotations
 
 import html
+import re
 import time
 
 from stochopt.report.charts import OUTCOME_COLORS, RESOURCE_COLORS, all_charts
@@ -18,12 +19,8 @@ def render_html(facts: dict) -> str:
     body = [
         _header(f),
         _cards(f),
-        _section("Summary", _key_values(headline(f) + [("run", f["run_dir"])]) + _notes(f)),
-        _section("Best cycles over time",
-                 _figure(charts["trajectory"], "Each dot is a new best verified kernel, in "
-                         "the colour of the proposer that found it. The dashed lines are "
-                         "the baseline (grey) and the roofline (red), the spec's lower "
-                         "bound.") + _improvements_table(f)),
+        _summary_section(f),
+        _trajectory_section(f, charts["trajectory"]),
         _section("Outcomes by proposer",
                  _figure(charts["outcomes"], "What became of each proposer's candidates. "
                          "<b>best</b>: a new best for its chain that passed the full check; "
@@ -87,6 +84,18 @@ def _cards(f: dict) -> str:
         out.append(f"<div class='{cls}'><div class='label'>{label}</div>"
                    f"<div class='value'>{value}</div><div class='sub'>{sub}</div></div>")
     return "<div class='cards'>" + "".join(out) + "</div>"
+
+
+def _summary_section(f: dict) -> str:
+    return _section("Summary", _key_values(headline(f) + [("run", f["run_dir"])]) + _notes(f))
+
+
+def _trajectory_section(f: dict, svg: str) -> str:
+    return _section("Best cycles over time",
+                    _figure(svg, "Each dot is a new best verified kernel, in the colour of "
+                            "the proposer that found it. The dashed lines are the baseline "
+                            "(grey) and the roofline (red), the spec's lower bound.")
+                    + _improvements_table(f))
 
 
 def _section(title: str, content: str) -> str:
@@ -250,3 +259,50 @@ footer { color: #9ca3af; font-size: 12px; text-align: center; }
 @media (max-width: 800px) { .cards { grid-template-columns: repeat(2, 1fr); }
                             .pair { grid-template-columns: 1fr; } }
 """
+
+
+# ---------------------------------------------------------------------------------
+# fragments: parts of the page for another page (a Jupyter notebook's output)
+# ---------------------------------------------------------------------------------
+
+FRAGMENT_CLASS = "stochopt-report"
+
+
+def report_fragment(facts: dict, brief: bool = False) -> str:
+    """The report without the page around it; brief: the headline, the summary and the
+    best-cycles chart only (what a notebook shows for a run's result)."""
+    if brief:
+        from stochopt.report.charts import trajectory_svg
+
+        return fragment(_header(facts) + _cards(facts) + _summary_section(facts)
+                        + _trajectory_section(facts, trajectory_svg(facts)))
+    page = render_html(facts)
+    return fragment(page[page.index("<main>") + len("<main>"):page.rindex("</main>")])
+
+
+def code_fragment(text: str, caption: str = "") -> str:
+    """Kernel text highlighted as the page shows the best kernel; caption is HTML."""
+    return fragment(f"<section><p class='muted'>{caption}</p>{_code(text)}</section>")
+
+
+def key_values_html(rows: list[tuple[str, str]]) -> str:
+    return _key_values(rows)
+
+
+def fragment(content: str) -> str:
+    """Content in a wrapper that carries the page's CSS, scoped to the wrapper so that it
+    restyles nothing around it."""
+    return f"<div class='{FRAGMENT_CLASS}'><style>{_scoped_css()}</style>{content}</div>"
+
+
+def _scoped_css() -> str:
+    scope = f".{FRAGMENT_CLASS}"
+
+    def scoped(match: re.Match) -> str:
+        selectors = match.group(1).strip()
+        if selectors.startswith("@"):  # @media: its rules inside are scoped one by one
+            return match.group(0)
+        return ", ".join(scope if s.strip() in ("body", "main") else f"{scope} {s.strip()}"
+                         for s in selectors.split(",")) + " {"
+
+    return re.sub(r"([^{}]+)\{", scoped, _CSS)

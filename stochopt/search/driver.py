@@ -21,6 +21,7 @@ from stochopt.backend.machine import load_machine
 from stochopt.errors import StochoptError
 from stochopt.leir.parser import parse
 from stochopt.leir.render import render
+from stochopt.notebook import Displayable
 from stochopt.search.chain import Chain, ChainConfig
 from stochopt.search.rundir import read_json, write_json
 
@@ -120,7 +121,7 @@ def _work(job: Job, outbox, inbox, stop, parent) -> None:
 
 
 @dataclass
-class RunResult:
+class RunResult(Displayable):  # Displayable: Jupyter shows its summary and chart
     run_dir: str
     spec: str
     machine: str

@@ -14,3 +14,8 @@ from stochopt.verify.screening import ScreeningSet
 
 __all__ = ["check", "Verdict", "Counterexample", "certificate", "check_signature",
            "reference_output", "degenerate_warnings", "ScreeningSet", "range_facts"]
+
+# stochopt.verify(...) calls stochopt.api.verify: see _CallablePackage there
+from stochopt.api import callable_package  # noqa: E402
+
+callable_package(__name__)

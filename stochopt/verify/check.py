@@ -24,6 +24,7 @@ from stochopt.backend.machine import load_machine
 from stochopt.errors import StochoptError
 from stochopt.leir.ir import Kernel
 from stochopt.leir.render import render
+from stochopt.notebook import Displayable
 from stochopt.spec import Spec
 from stochopt.verify.climb import climb
 from stochopt.verify.compare import (
@@ -82,7 +83,7 @@ class Counterexample:
 
 
 @dataclass
-class Verdict:
+class Verdict(Displayable):  # Displayable: Jupyter shows it with its counterexample
     equivalent: bool
     examples: int
     seed: int

@@ -1,0 +1,418 @@
+"""The Python API: the command line's jobs as functions on plain values (docs/api.md).
+
+    import stochopt
+    kernel = stochopt.lower("specs/softmax.py")        # the plain baseline kernel
+    execution = stochopt.run(kernel)                   # outputs, cycles, profile
+    verdict = stochopt.verify(kernel, "specs/softmax.py")
+    result = stochopt.optimize("specs/softmax.py", budget="1m")
+    facts = stochopt.report(result.run_dir)
+
+Kernels and specs are taken as objects, file paths or text (a str with a newline is
+text, any other str or a Path is a path). Every argument is checked here, at the
+boundary, with the errors the CLI prints; the CLI calls exactly these functions.
+Heavy modules are imported inside the functions so that `import stochopt` stays quick.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import sys
+import tempfile
+import textwrap
+import types
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from stochopt.errors import StochoptError
+from stochopt.notebook import Displayable
+from stochopt.spec import Spec, load_spec
+
+if TYPE_CHECKING:
+    from stochopt.backend.cost import Profile
+    from stochopt.backend.machine import Machine
+    from stochopt.leir.ir import Kernel
+    from stochopt.search.chain import ChainConfig
+    from stochopt.search.driver import RunResult
+    from stochopt.verify.check import Verdict
+
+DEFAULT_MACHINE = "mncore2"
+SpecLike = Spec | str | Path          # a Spec, a spec file's path, or its text
+KernelLike = "Kernel | str | Path"    # a Kernel, a .leir file's path, or LEIR text
+
+
+# ---------------------------------------------------------------------------------
+# the boundary: kernels, specs, machines and inputs from whatever the user holds
+# ---------------------------------------------------------------------------------
+
+def load_kernel(kernel: KernelLike, machine: str | Path | Machine = DEFAULT_MACHINE) -> Kernel:
+    """A Kernel from a Kernel, a .leir file or LEIR text (parsed, never executed)."""
+    from stochopt.leir import Kernel, parse
+
+    if isinstance(kernel, Kernel):
+        return kernel
+    if not isinstance(kernel, str | Path):
+        raise StochoptError(f"a kernel must be a Kernel, a .leir path or LEIR text, got "
+                            f"{type(kernel).__name__}",
+                            hint="pass e.g. stochopt.lower(spec) or 'runs/x/best.leir'")
+    m = _machine(machine)
+    if _is_text(kernel):
+        return parse(kernel, m)
+    try:
+        text = Path(kernel).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise StochoptError(f"cannot read kernel file {kernel}: {e}") from None
+    try:
+        return parse(text, m)
+    except StochoptError as e:  # say which file the line and column are in
+        raise type(e)(e.message, line=e.line, col=e.col, hint=e.hint, source=str(kernel)) \
+            from None
+
+
+def as_spec(spec: SpecLike, name: str | None = None) -> Spec:
+    """A Spec from a Spec, a spec file's path or a spec file's text."""
+    if isinstance(spec, Spec):
+        if name is not None and name != spec.name:
+            raise StochoptError(f"the spec given is {spec.name!r}, not {name!r}",
+                                hint="leave out name= when passing a Spec object")
+        return spec
+    if callable(spec):
+        raise StochoptError(f"{getattr(spec, '__name__', spec)!r} is a plain function, not a "
+                            "spec", hint='decorate it: @stochopt.spec(inputs={"x": '
+                            'stochopt.tensor("f32", (128, 1024))})')
+    if not isinstance(spec, str | Path):
+        raise StochoptError(f"a spec must be a Spec, a .py path or spec text, got "
+                            f"{type(spec).__name__}", hint="pass e.g. 'specs/softmax.py'")
+    if not _is_text(spec):
+        return load_spec(spec, name)
+    with tempfile.TemporaryDirectory(prefix="stochopt-spec-") as folder:
+        path = Path(folder) / "spec.py"
+        path.write_text(spec)
+        loaded = load_spec(path, name)
+    # the file is gone: a kernel lowered from it must not name it on its '# spec:' line
+    return dataclasses.replace(loaded, path=None)
+
+
+def spec_for_kernel(kernel: Kernel, spec: SpecLike | None, name: str | None = None,
+                    kernel_path: str | Path | None = None) -> Spec:
+    """The spec given, else the one named by the kernel's '# spec:' line (a relative
+    path is tried from the kernel file's folder, then from here)."""
+    if spec is not None:
+        return as_spec(spec, name)
+    spec_path = kernel.spec_path
+    if spec_path is None:
+        raise StochoptError(f"{kernel_path or 'kernel ' + kernel.name} names no spec",
+                            hint="pass --spec SPEC.py or add a first line '# spec: PATH'")
+    if kernel_path is not None and not Path(spec_path).is_absolute():
+        beside = Path(kernel_path).parent / spec_path
+        if beside.is_file():
+            spec_path = str(beside)
+    return load_spec(spec_path, name)
+
+
+def _machine(machine) -> Machine:
+    from stochopt.backend.machine import load_machine
+    return load_machine(machine)
+
+
+def _is_text(value: str | Path) -> bool:
+    return isinstance(value, str) and "\n" in value
+
+
+def _count(value, label: str, low: int) -> int:
+    if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < low:
+        raise StochoptError(f"{label} must be an integer >= {low}, got {value!r}")
+    return int(value)
+
+
+def _checked_inputs(arrays, wanted: Mapping[str, tuple[str, tuple[int, ...]]],
+                    where: str) -> dict[str, np.ndarray]:
+    """Arrays named and shaped as wanted, cast to their native dtypes."""
+    from stochopt.leir.types import native_dtype
+
+    if not isinstance(arrays, Mapping):
+        raise StochoptError(f"inputs must be a dict of name -> array, got "
+                            f"{type(arrays).__name__}", hint=f"{where} takes {', '.join(wanted)}")
+    missing = [n for n in wanted if n not in arrays]
+    extra = [n for n in arrays if n not in wanted]
+    if missing or extra:
+        raise StochoptError(f"inputs name {', '.join(map(str, arrays)) or 'nothing'}, but "
+                            f"{where} takes {', '.join(wanted)}",
+                            hint="give exactly one array per input, by name")
+    out = {}
+    for name, (dtype, shape) in wanted.items():
+        try:
+            x = np.asarray(arrays[name])
+        except (TypeError, ValueError) as e:  # ragged lists and the like
+            raise StochoptError(f"input {name!r} is not an array: {e}") from None
+        if x.dtype.kind in "OUSmM":  # objects, strings, dates: no number to cast
+            raise StochoptError(f"input {name!r} is not an array of numbers (dtype {x.dtype})",
+                                hint=f"give a numpy array of {dtype}")
+        if x.shape != tuple(shape):
+            raise StochoptError(f"input {name!r} has shape {x.shape}, {where} wants "
+                                f"{tuple(shape)}")
+        out[name] = x.astype(native_dtype(dtype))
+    return out
+
+
+# ---------------------------------------------------------------------------------
+# the jobs
+# ---------------------------------------------------------------------------------
+
+def lower(spec: SpecLike, *, name: str | None = None,
+          machine: str | Path | Machine = DEFAULT_MACHINE) -> Kernel:
+    """The plain baseline kernel of a spec: where the search starts."""
+    from stochopt.lower.lowering import lower as lower_spec
+
+    return lower_spec(as_spec(spec, name), _machine(machine))
+
+
+@dataclass
+class Execution(Displayable):
+    """One kernel emulated on one set of inputs: its output and what it cost."""
+    kernel: Kernel
+    machine: str
+    clock_mhz: float
+    seed: int | None                 # of the random inputs; None when inputs were given
+    inputs: dict[str, np.ndarray]
+    outputs: dict[str, np.ndarray]   # a kernel returns one tensor, named "out"
+    profile: Profile
+    roofline_cycles: int
+    bound_cycles: int                # the reachable lower bound (backend/bound.py)
+
+    @property
+    def output(self) -> np.ndarray:
+        return self.outputs["out"]
+
+    @property
+    def cycles(self) -> int:
+        return self.profile.cycles
+
+    @property
+    def roofline_share(self) -> float:
+        return self.roofline_cycles / max(1, self.profile.cycles)
+
+    @property
+    def bound_share(self) -> float:
+        return self.bound_cycles / max(1, self.profile.cycles)
+
+    def to_json(self) -> dict:
+        """The facts `stochopt run --json` prints (less the kernel's path)."""
+        from stochopt.report.terminal import array_stats
+
+        return {"machine": self.machine, "seed": self.seed,
+                "outputs": {n: array_stats(x) for n, x in self.outputs.items()},
+                **self.profile.to_json(), "roofline_cycles": self.roofline_cycles,
+                "bound_cycles": self.bound_cycles, "bound_share": round(self.bound_share, 4)}
+
+
+def run(kernel: KernelLike, inputs: Mapping[str, Any] | None = None, *, seed: int = 0,
+        machine: str | Path | Machine = DEFAULT_MACHINE) -> Execution:
+    """Emulate a kernel on the inputs given (default: uniform random ones from seed) and
+    cost it: outputs, cycles and the per-op profile."""
+    from stochopt.backend.bound import bound_of_kernel
+    from stochopt.backend.cost import cost, roofline_of_kernel
+    from stochopt.backend.emulate import emulate, random_inputs
+
+    m = _machine(machine)
+    k = load_kernel(kernel, m)
+    if inputs is None:
+        seed = _count(seed, "seed", 0)
+        values = random_inputs(k, seed)
+    else:
+        values = _checked_inputs(inputs, {n: (t.dtype, t.shape)
+                                          for n, t in k.signature().items()},
+                                 f"kernel {k.name}")
+        seed = None
+    profile = cost(k, m)
+    output = emulate(k, values, m)
+    return Execution(k, m.name, m.clock_mhz, seed, values, {"out": output}, profile,
+                     roofline_of_kernel(k, m), bound_of_kernel(k, m))
+
+
+def verify(kernel: KernelLike, spec: SpecLike | None = None, *, name: str | None = None,
+           examples: int = 200, seed: int = 0, inputs: str | Path | Mapping | None = None,
+           counterexample_path: str | Path | None = None,
+           machine: str | Path | Machine = DEFAULT_MACHINE) -> Verdict:
+    """Check that a kernel computes its spec (default: the one on its '# spec:' line).
+
+    ``inputs`` replays one input (a dict of arrays or a saved .npz) instead of searching;
+    a counterexample found is saved to ``counterexample_path`` when one is given."""
+    from stochopt.verify import check, degenerate_warnings
+    from stochopt.verify.replay import load_inputs
+
+    examples, seed = _count(examples, "examples", 1), _count(seed, "seed", 0)
+    m = _machine(machine)
+    k = load_kernel(kernel, m)
+    kernel_path = kernel if isinstance(kernel, str | Path) and not _is_text(kernel) else None
+    s = spec_for_kernel(k, spec, name, kernel_path)
+    extra = None
+    if isinstance(inputs, str | Path):
+        extra = [load_inputs(str(inputs), s)]
+    elif inputs is not None:
+        extra = [_checked_inputs(inputs, {n: (t.dtype, t.shape) for n, t in s.inputs.items()},
+                                 f"spec {s.name}")]
+    verdict = check(k, s, examples=1 if extra else examples, seed=seed, machine=m,
+                    extra_inputs=extra, structured=extra is None)
+    verdict.warnings.extend(degenerate_warnings(s))
+    cex = verdict.counterexample
+    # a range refusal holds for every input: there is no input to save
+    if cex is not None and counterexample_path is not None and cex.mismatch.check != "range":
+        cex.save(counterexample_path)
+    return verdict
+
+
+def optimize(spec: SpecLike | None = None, *, budget: str | float = "10m",
+             proposer: str = "mixed", chains: int | None = None, seed: int = 0,
+             init: KernelLike | None = None, name: str | None = None,
+             machine: str | Path | Machine = DEFAULT_MACHINE, run_dir: str | Path | None = None,
+             resume: str | Path | None = None, max_proposals: int | None = None,
+             max_cost: float | None = None, llm: Mapping[str, Any] | None = None,
+             progress: Callable[[dict], None] | None = None, live: bool | None = None,
+             config: ChainConfig | None = None) -> RunResult:
+    """Search for a faster kernel equivalent to a spec; the best verified one is in
+    result.best_path. ``progress`` receives a snapshot dict a few times a second; ``live``
+    draws them (None: in Jupyter only). Interrupting stops the run cleanly: its checkpoint
+    is kept and ``resume=result.run_dir`` continues it. ``config`` tunes the chains
+    (stochopt.search.chain.ChainConfig: e.g. fewer full-check examples for a quick look)."""
+    from stochopt.notebook import live_progress
+    from stochopt.search.optimize import optimize as search
+
+    if resume is not None and not isinstance(resume, str | Path):
+        raise StochoptError(f"resume must be a run directory's path, got {resume!r}")
+    if run_dir is not None and not isinstance(run_dir, str | Path):
+        raise StochoptError(f"run_dir must be a path, got {run_dir!r}")
+    if llm is not None and not isinstance(llm, Mapping):
+        raise StochoptError(f"llm must be a dict of settings, got {type(llm).__name__}",
+                            hint='pass e.g. llm={"model": "gpt-4o-mini"}')
+    if not isinstance(proposer, str):
+        raise StochoptError(f"proposer must be a string, got {proposer!r}",
+                            hint="use mixed, mutate, rewrite or llm")
+    if chains is not None:
+        chains = _count(chains, "chains", 1)
+    seed = _count(seed, "seed", 0)
+    with tempfile.TemporaryDirectory(prefix="stochopt-") as scratch, \
+            live_progress(progress, live) as on_progress:
+        spec_path, spec_name = (None, name) if spec is None and resume is not None else \
+            _spec_file(spec, name, Path(scratch))
+        init_path = None if init is None else _kernel_file(init, machine, Path(scratch))
+        return search(spec_path, budget=budget, proposer=proposer, chains=chains, seed=seed,
+                      init=init_path, run_dir=_str(run_dir),
+                      machine=_str(machine) if isinstance(machine, Path) else machine,
+                      resume=_str(resume), max_proposals=max_proposals, max_cost=max_cost,
+                      name=spec_name, llm=dict(llm) if llm and llm.get("model") else None,
+                      progress=on_progress, config=config)
+
+
+class Report(dict, Displayable):
+    """The facts of a run directory (see docs/report.md): a plain dict that Jupyter shows
+    as the report's page."""
+
+
+def report(run_dir: str | Path) -> Report:
+    """The facts of a run directory (finished, still going or killed) as a dict that
+    shows itself as the report in Jupyter."""
+    from stochopt.report.facts import run_facts
+
+    if not isinstance(run_dir, str | Path):
+        raise StochoptError(f"report takes a run directory's path, got "
+                            f"{type(run_dir).__name__}", hint="pass result.run_dir")
+    return Report(run_facts(run_dir))
+
+
+def _str(path: str | Path | None) -> str | None:
+    return None if path is None else str(path)
+
+
+def _spec_file(spec: SpecLike | None, name: str | None, scratch: Path) -> tuple[str, str | None]:
+    """A spec file for the run to copy: the path given, else the spec written out."""
+    if spec is None:
+        raise StochoptError("optimize needs a spec (or resume=RUN_DIR)",
+                            hint="pass e.g. stochopt.optimize('specs/softmax.py')")
+    if isinstance(spec, str | Path):
+        if not _is_text(spec):
+            return str(spec), name
+        path = scratch / "spec.py"
+        path.write_text(spec)
+        return str(path), name
+    s = as_spec(spec, name)
+    if s.path is not None and s.source == _read(s.path):
+        return s.path, s.name  # loaded from this file: the run copies it as it is
+    return _write_spec(s, scratch), s.name
+
+
+def _read(path: str) -> str | None:
+    try:
+        return Path(path).read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+# the imports a spec written in a notebook cell most likely relies on
+_SPEC_PREAMBLE = ("import math\n\nimport numpy\nimport numpy as np\n\nimport stochopt\n"
+                  "from stochopt import spec, tensor\n\n")
+
+
+def _write_spec(s: Spec, scratch: Path) -> str:
+    """A Spec defined in a notebook becomes a file the run's workers can import: its
+    source under the usual imports, checked to load and compute what the Spec does."""
+    from stochopt.verify.check import reference_output
+    from stochopt.verify.strategies import random_spec_inputs
+
+    path = scratch / f"{s.name}.py"
+    if s.source.lstrip().startswith("@"):  # one decorated function, as inspect saw it
+        path.write_text(_SPEC_PREAMBLE + textwrap.dedent(s.source))
+    else:                                   # a whole file's text (e.g. from spec text)
+        path.write_text(s.source)
+    try:
+        written = load_spec(path, s.name)
+        sample = random_spec_inputs(s, 0)
+        same = np.allclose(reference_output(written, sample), reference_output(s, sample),
+                           equal_nan=True)
+        problem = None if same else "on its own it computes something else"
+    except StochoptError as e:  # a name from another cell, a missing import: say so
+        problem = e.message
+    if problem is not None:
+        raise StochoptError(f"spec {s.name} cannot be written to a file for the run's "
+                            f"workers: {problem}",
+                            hint="save the spec with its imports in a .py file and pass its "
+                            "path")
+    return str(path)
+
+
+def _kernel_file(kernel: KernelLike, machine, scratch: Path) -> str:
+    """The --init kernel as a file (the run records and re-reads it)."""
+    if isinstance(kernel, str | Path) and not _is_text(kernel):
+        return str(kernel)
+    from stochopt.leir import render
+
+    path = scratch / "init.leir"
+    path.write_text(render(load_kernel(kernel, machine)))
+    return str(path)
+
+
+# ---------------------------------------------------------------------------------
+# stochopt.lower, stochopt.verify and stochopt.report: functions and subpackages
+# ---------------------------------------------------------------------------------
+
+class _CallablePackage(types.ModuleType):
+    """A subpackage named like an API function. Python binds a subpackage to its name in
+    the parent package whenever it is imported, so a plain function of the same name
+    would be replaced by the module; instead the package itself calls the function.
+    Both `stochopt.verify(kernel, spec)` and `from stochopt.verify.check import ...`
+    (or `stochopt.verify.check`) keep working, whatever was imported first."""
+
+    def __call__(self, *args, **kwargs):
+        return globals()[self.__name__.rpartition(".")[2]](*args, **kwargs)
+
+
+def callable_package(module_name: str) -> None:
+    """Make the subpackage stochopt.NAME call stochopt.api.NAME (its __init__ does this)."""
+    package = sys.modules[module_name]
+    function = globals()[module_name.rpartition(".")[2]]
+    package.__class__ = _CallablePackage
+    package.__signature__ = inspect.signature(function)  # what Jupyter's ? and tab show
