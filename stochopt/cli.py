@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -11,6 +13,7 @@ from rich.console import Console
 from rich.text import Text
 
 from stochopt.errors import StochoptError
+from stochopt.report.words import plural
 
 console = Console()
 err_console = Console(stderr=True)
@@ -28,29 +31,87 @@ class _Group(click.Group):
             sys.exit(2)
 
 
-def _read_kernel(path: str, machine):
-    from stochopt.leir import parse
-
+def _read_kernel_text(path: str) -> str:
     p = Path(path)
+    if not p.exists():
+        raise StochoptError(f"kernel file {path} does not exist")
     try:
         text = p.read_text()
     except (OSError, UnicodeDecodeError) as e:
         raise StochoptError(f"cannot read kernel file {path}: {e}") from None
+    if p.suffix == ".py" and "@spec" in text:
+        raise StochoptError(f"{path} is a spec (numpy), not a LEIR kernel",
+                            hint=f"stochopt lower {path} -o kernel.leir writes its plain "
+                            f"kernel; stochopt optimize {path} searches for a fast one")
+    return text
+
+
+def _read_kernel(path: str, machine_flag: str | None, ctx: click.Context | None = None):
+    """The kernel in a file and the machine to cost it on: --machine when typed, else
+    the machine the file records (its run directory's, or its '# machine:' line), else
+    the settings' machine, else mncore2."""
+    from stochopt.leir import parse
+
+    text = _read_kernel_text(path)
+    machine = _kernel_machine(path, text, machine_flag, ctx)
     try:
-        return parse(text, machine)
+        return parse(text, machine), machine
     except StochoptError as e:
         raise type(e)(e.message, line=e.line, col=e.col, hint=e.hint, source=path) from None
+
+
+def _kernel_machine(path: str, text: str, machine_flag: str | None, ctx):
+    from stochopt.backend.machine import PRESETS, load_machine
+    from stochopt.cli_settings import given_on_command_line
+    from stochopt.leir.parser import machine_of
+
+    if machine_flag is not None and (ctx is None or given_on_command_line(ctx, ["machine"])):
+        return load_machine(machine_flag)
+    run_json = Path(path).parent / "run.json"
+    if run_json.is_file():  # a kernel in a run directory: the run's own machine
+        from stochopt.report.facts import run_machine
+
+        try:
+            return run_machine(json.loads(run_json.read_text()))
+        except (OSError, ValueError, KeyError, TypeError, StochoptError):
+            pass  # not a readable run.json: fall back to the header
+    recorded = machine_of(text)
+    if recorded is None:
+        return load_machine(machine_flag)  # the settings' machine, or mncore2
+    if recorded in PRESETS:
+        return PRESETS[recorded]
+    beside = Path(path).parent / recorded
+    for candidate in (Path(recorded), beside):
+        if candidate.suffix == ".toml" and candidate.is_file():
+            return load_machine(str(candidate))
+    raise StochoptError(f"{path} was written for machine {recorded!r}, which is not a preset",
+                        hint=f"pass --machine with its .toml file, or one of "
+                        f"{', '.join(PRESETS)}")
 
 
 machine_option = click.option(
     "--machine", default="mncore2", show_default=True,
     help="Machine preset (mncore2, small) or a TOML file.")
+kernel_machine_option = click.option(
+    "--machine", default=None,
+    help="Machine preset (mncore2, small) or a TOML file (default: the machine the "
+    "kernel file records, else mncore2).")
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="stochopt")
-def main() -> None:
-    """stochopt: a stochastic superoptimizer for accelerator kernels written in LEIR."""
+@click.pass_context
+def main(ctx: click.Context) -> None:
+    """stochopt: a stochastic superoptimizer for accelerator kernels written in LEIR.
+
+    Flags default to the nearest stochopt.toml or pyproject.toml [tool.stochopt]
+    (keys are flag names: machine, budget, chains, model, base-url, ...)."""
+    from stochopt.cli_settings import default_map
+    from stochopt.settings import load_settings
+
+    settings = load_settings()
+    ctx.obj = settings
+    ctx.default_map = default_map(settings, main)
 
 
 @main.command()
@@ -58,16 +119,16 @@ def main() -> None:
 @click.option("--seed", default=0, show_default=True, help="Seed of the random inputs.")
 @click.option("--profile", "show_profile", is_flag=True, help="Show the per-op profile.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@machine_option
-def run(kernel_path: str, seed: int, show_profile: bool, as_json: bool, machine: str) -> None:
+@kernel_machine_option
+@click.pass_context
+def run(ctx: click.Context, kernel_path: str, seed: int, show_profile: bool, as_json: bool,
+        machine: str | None) -> None:
     """Emulate a kernel on random inputs and show its outputs and cost."""
     from stochopt.backend.cost import cost, roofline_of_kernel
     from stochopt.backend.emulate import emulate, random_inputs
-    from stochopt.backend.machine import load_machine
     from stochopt.report.terminal import array_stats, profile_table, resource_table
 
-    m = load_machine(machine)
-    kernel = _read_kernel(kernel_path, m)
+    kernel, m = _read_kernel(kernel_path, machine, ctx)
     profile = cost(kernel, m)
     inputs = random_inputs(kernel, seed)
     out = emulate(kernel, inputs, m)
@@ -89,7 +150,7 @@ def run(kernel_path: str, seed: int, show_profile: bool, as_json: bool, machine:
                   f"  bottleneck {profile.bottleneck()}"
                   f"  critical path {profile.critical_path_cycles}")
     if show_profile:
-        console.print(profile_table(profile))
+        console.print(profile_table(profile, kernel))
         console.print(resource_table(profile))
 
 
@@ -105,31 +166,42 @@ def lower(spec_path: str, output: str | None, name: str | None, machine: str) ->
     from stochopt.lower import lower as lower_spec
     from stochopt.spec import load_spec
 
-    kernel = lower_spec(load_spec(spec_path, name), machine)
-    text = render(kernel)
+    from stochopt.backend.machine import load_machine
+
+    m = load_machine(machine)
+    kernel = lower_spec(load_spec(spec_path, name), m)
     if output:
-        _write_text(output, text)
+        # the '# spec:' line is read relative to the kernel file: point it there
+        relative = os.path.relpath(Path(spec_path).resolve(), Path(output).resolve().parent)
+        _write_text(output, render(dataclasses.replace(kernel, spec_path=relative), m))
         err_console.print(f"wrote {output}")
     else:
-        click.echo(text, nl=False)
+        click.echo(render(kernel, m), nl=False)
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--json", "as_json", is_flag=True,
+              help='Print one JSON object: {"machine": ..., "specs": [one object per spec]}.')
 @machine_option
 def specs(as_json: bool, machine: str) -> None:
     """List the bundled specs with their baseline cycles and roofline."""
-    from stochopt.lower.catalog import spec_table
-
-    rows = spec_table(machine)
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
+    from rich import box
     from rich.table import Table
 
-    table = Table(title=f"bundled specs on {machine}")
+    from stochopt.backend.machine import load_machine
+    from stochopt.lower.catalog import spec_table
+
+    m = load_machine(machine)
+    rows = spec_table(m)
+    if as_json:
+        click.echo(json.dumps({"machine": m.name, "specs": rows}, indent=2))
+        return
+    # no vertical rules: the widest names and numbers fit 80 columns whole
+    table = Table(title=f"bundled specs on {m.name}", box=box.SIMPLE_HEAD, pad_edge=False)
     for col in ("spec", "flops", "bytes", "roofline", "baseline", "share", "bound"):
-        table.add_column(col, justify="left" if col in ("spec", "bound") else "right")
+        table.add_column(col, justify="left" if col in ("spec", "bound") else "right",
+                         no_wrap=col != "spec",
+                         min_width=max(len(r["name"]) for r in rows) if col == "spec" else None)
     for r in rows:
         table.add_row(r["name"], f"{r['flops']:,}", f"{r['bytes']:,}",
                       str(r["roofline_cycles"]), str(r["baseline_cycles"]),
@@ -138,25 +210,52 @@ def specs(as_json: bool, machine: str) -> None:
 
 
 def _spec_for_kernel(kernel_path: str, kernel, spec_path: str | None, name: str | None):
-    """The spec named by --spec, or by the kernel's '# spec:' line (relative paths are
-    tried from the kernel's folder, then from here)."""
+    """The spec named by --spec; for a kernel in a run directory, the run's copy of its
+    spec; else the kernel's '# spec:' line, read relative to the kernel's folder, then
+    to the current one."""
     from stochopt.spec import load_spec
 
-    if spec_path is None:
-        spec_path = kernel.spec_path
-        if spec_path is None:
-            raise StochoptError(f"{kernel_path} names no spec",
-                                hint="pass --spec SPEC.py or add a first line '# spec: PATH'")
-        beside = Path(kernel_path).parent / spec_path
-        if not Path(spec_path).is_absolute() and beside.is_file():
-            spec_path = str(beside)
-    return load_spec(spec_path, name)
+    if spec_path is not None:
+        return load_spec(spec_path, name)
+    folder = Path(kernel_path).parent
+    if (folder / "run.json").is_file() and (folder / "spec.py").is_file():
+        try:
+            name = name or json.loads((folder / "run.json").read_text()).get("name")
+        except (OSError, ValueError, AttributeError):
+            pass
+        return load_spec(folder / "spec.py", name)
+    recorded = kernel.spec_path
+    if recorded is None:
+        raise StochoptError(f"{kernel_path} names no spec",
+                            hint="pass --spec SPEC.py or add a first line '# spec: PATH'")
+    tried = [Path(recorded)] if Path(recorded).is_absolute() else [folder / recorded,
+                                                                   Path(recorded)]
+    for candidate in tried:
+        if candidate.is_file():
+            return load_spec(candidate, name)
+    raise StochoptError(f"{kernel_path} names spec {recorded}, which is not at "
+                        + " nor ".join(dict.fromkeys(str(p) for p in tried)),
+                        hint="pass --spec SPEC.py")
+
+
+def _baseline_or_none(spec, machine, warnings: list[str]):
+    """The lowered spec, the precision yardstick; None (and a warning) for a spec the
+    lowering does not support, whose kernels are then held to its tolerance alone."""
+    from stochopt.lower import lower
+
+    try:
+        return lower(spec, machine)
+    except StochoptError as e:
+        warnings.append(f"spec {spec.name} does not lower ({e.message}), so there is no "
+                        "baseline to compare precision with: the kernel is held to the "
+                        "spec's tolerance alone")
+        return None
 
 
 @main.command()
 @click.argument("kernel_path", metavar="KERNEL.leir")
-@click.option("--spec", "spec_path", default=None, help="The spec (default: the kernel's "
-              "'# spec:' line).")
+@click.option("--spec", "spec_path", default=None, help="The spec (default: the run's spec "
+              "for a kernel in a run directory, else the kernel's '# spec:' line).")
 @click.option("--name", default=None, help="Which spec, when the file has several.")
 @click.option("--examples", default=200, show_default=True, type=click.IntRange(min=1),
               help="Inputs to try.")
@@ -167,40 +266,63 @@ def _spec_for_kernel(kernel_path: str, kernel, spec_path: str | None, name: str 
               help="Where to save a counterexample's inputs (default KERNEL.counterexample.npz"
               " in the current folder).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@machine_option
-def verify(kernel_path: str, spec_path: str | None, name: str | None, examples: int, seed: int,
-           inputs_npz: str | None, cex_path: str | None, as_json: bool, machine: str) -> None:
+@kernel_machine_option
+@click.pass_context
+def verify(ctx: click.Context, kernel_path: str, spec_path: str | None, name: str | None,
+           examples: int, seed: int, inputs_npz: str | None, cex_path: str | None,
+           as_json: bool, machine: str | None) -> None:
     """Check that a kernel computes its spec: exit 0 equivalent, 1 counterexample found,
     2 invalid kernel, spec or arguments."""
-    from stochopt.backend.machine import load_machine
     from stochopt.verify import certificate, check, degenerate_warnings
     from stochopt.verify.replay import load_inputs
 
-    m = load_machine(machine)
-    kernel = _read_kernel(kernel_path, m)
+    kernel, m = _read_kernel(kernel_path, machine, ctx)
     spec = _spec_for_kernel(kernel_path, kernel, spec_path, name)
     extra = [load_inputs(inputs_npz, spec)] if inputs_npz else None
+    warnings: list[str] = []
+    baseline = _baseline_or_none(spec, m, warnings)
     verdict = check(kernel, spec, examples=1 if extra else examples, seed=seed, machine=m,
-                    extra_inputs=extra, structured=extra is None)
-    verdict.warnings.extend(degenerate_warnings(spec))
-    if verdict.counterexample is not None and inputs_npz is None:
-        verdict.counterexample.save(cex_path or f"{Path(kernel_path).stem}.counterexample.npz")
+                    baseline=baseline or kernel, extra_inputs=extra, structured=extra is None)
+    verdict.warnings.extend(warnings + degenerate_warnings(spec))
+    cex = verdict.counterexample
+    save_to = cex_path or f"{Path(kernel_path).stem}.counterexample.npz"
+    saved = cex is not None and inputs_npz is None
     if as_json:
+        save_error = _save_counterexample(cex, save_to) if saved else None
         facts = verdict.to_json()
         facts["kernel"] = kernel_path
         facts["spec"] = spec.name
+        facts["machine"] = m.name
+        if save_error:
+            facts["counterexample_not_saved"] = save_error
         if verdict.equivalent:
             facts["certificate"] = certificate(kernel, spec, verdict, m)
         click.echo(json.dumps(facts, indent=2))
     else:
+        # the verdict first: saving the input may fail, the verdict must not be lost
         _print_verdict(kernel_path, spec, verdict)
+        if saved:
+            error = _save_counterexample(cex, save_to)
+            console.print(f"  could not save the input to {save_to} ({error}); pass "
+                          "--counterexample PATH in a folder you can write" if error else
+                          f"  saved the input to {cex.path}; replay with --inputs {cex.path}",
+                          highlight=False)
     sys.exit(0 if verdict.equivalent else 1)
+
+
+def _save_counterexample(cex, path: str) -> str | None:
+    """Save the failing input; the reason it could not be saved, or None."""
+    try:
+        cex.save(path)
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
 
 
 def _print_verdict(kernel_path: str, spec, verdict) -> None:
     for w in verdict.warnings:
         err_console.print(f"[yellow]warning:[/] {w}", highlight=False)
-    head = (f"{kernel_path} vs spec {spec.name}: {verdict.examples} inputs, seed "
+    head = (f"{kernel_path} vs spec {spec.name}: {plural(verdict.examples, 'input')}, seed "
             f"{verdict.seed}, {verdict.elapsed_s:.2f} s")
     if verdict.equivalent:
         console.print(f"[bold green]EQUIVALENT[/]  {head}", highlight=False)
@@ -217,9 +339,6 @@ def _print_verdict(kernel_path: str, spec, verdict) -> None:
     if cex.recipes:
         console.print("  input: " + ", ".join(f"{n} = {r.pattern} (seed {r.seed})"
                                               for n, r in cex.recipes.items()), highlight=False)
-    if cex.path:
-        console.print(f"  saved the input to {cex.path}; replay with --inputs {cex.path}",
-                      highlight=False)
 
 
 @main.command()
@@ -268,19 +387,21 @@ def _print_verdict(kernel_path: str, spec, verdict) -> None:
 @click.option("--llm-cache", "cache", default=None, type=click.Path(file_okay=False),
               help="Replay identical prompts from this folder (and fill it).")
 @machine_option
-def optimize(spec_path, budget, proposer, chains, seed, init, name, run_dir, resume,
+@click.pass_context
+def optimize(ctx, spec_path, budget, proposer, chains, seed, init, name, run_dir, resume,
              max_proposals, max_cost, quiet, machine, **llm) -> None:
     """Search for a faster kernel equivalent to a spec."""
-    import os
-
     from rich.live import Live
 
+    from stochopt.cli_settings import sources
     from stochopt.search import optimize as run_optimize
     from stochopt.search.display import progress_view, summary_lines
     from stochopt.search.llm import describe
 
     if spec_path is None and resume is None:
         raise StochoptError("give a spec file, or --resume RUN_DIR")
+    if resume is not None:
+        _refuse_flags_with_resume(ctx, resume)
     if resume is None and proposer in ("mixed", "llm"):
         if llm["model"]:
             err_console.print(f"LLM: {describe(llm)}", highlight=False)
@@ -301,7 +422,8 @@ def optimize(spec_path, budget, proposer, chains, seed, init, name, run_dir, res
             live.update(progress_view(stats))
         elif not quiet and stats["elapsed_s"] - last["t"] >= 10:
             last["t"] = stats["elapsed_s"]
-            err_console.print(f"[{stats['elapsed_s']:.0f}s] {stats['proposals']} candidates, "
+            err_console.print(f"[{stats['elapsed_s']:.0f}s] "
+                              f"{plural(stats['proposals'], 'candidate')}, "
                               f"best {stats['best_cycles']} cycles "
                               f"({stats['speedup']:.2f}x)", highlight=False)
 
@@ -311,12 +433,32 @@ def optimize(spec_path, budget, proposer, chains, seed, init, name, run_dir, res
         result = run_optimize(spec_path, budget=budget, proposer=proposer, chains=chains,
                               seed=seed, init=init, machine=machine, run_dir=run_dir,
                               resume=resume, max_proposals=max_proposals, max_cost=max_cost,
-                              name=name, progress=progress, llm=llm if llm["model"] else None)
+                              name=name, progress=progress, llm=llm if llm["model"] else None,
+                              settings=sources(ctx, ctx.obj) if resume is None else None)
     finally:
         if live is not None:
             live.stop()
     for line in summary_lines(result):
         console.print(line, highlight=False)
+
+
+def _refuse_flags_with_resume(ctx: click.Context, resume: str) -> None:
+    """--resume continues a run exactly as it was started: a flag that would change it
+    is refused rather than silently ignored."""
+    from stochopt.cli_settings import given_on_command_line
+
+    fixed = [p.name for p in ctx.command.params if p.name not in ("resume", "quiet")]
+    typed = given_on_command_line(ctx, fixed)
+    if not typed:
+        return
+    flags = ["SPEC.py" if n == "spec_path" else
+             next(o for o in ctx.command.params if o.name == n).opts[0] for n in typed]
+    raise StochoptError(
+        f"--resume continues {resume} with the spec, budget, chains, seed, machine and "
+        f"proposers in its run.json; it does not take {', '.join(flags)}",
+        hint=f"drop {'it' if len(flags) == 1 else 'them'}, or start a new run from its best "
+        f"kernel with the flags you want: stochopt optimize {Path(resume) / 'spec.py'} "
+        f"--init {Path(resume) / 'best.leir'}")
 
 
 @main.command()
