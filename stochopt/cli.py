@@ -162,11 +162,10 @@ def run(ctx: click.Context, kernel_path: str, seed: int, show_profile: bool, as_
 @machine_option
 def lower(spec_path: str, output: str | None, name: str | None, machine: str) -> None:
     """Lower a numpy spec to its plain baseline kernel."""
+    from stochopt.backend.machine import load_machine
     from stochopt.leir import render
     from stochopt.lower import lower as lower_spec
     from stochopt.spec import load_spec
-
-    from stochopt.backend.machine import load_machine
 
     m = load_machine(machine)
     kernel = lower_spec(load_spec(spec_path, name), m)
