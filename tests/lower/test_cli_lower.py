@@ -107,7 +107,7 @@ def test_lower_error_keeps_the_square_brackets_of_the_spec_line(write_spec):
 def test_specs_json_lists_every_bundled_spec():
     result = _run("specs", "--json")
     assert result.exit_code == 0, result.output
-    rows = json.loads(result.stdout)
+    rows = json.loads(result.stdout)["specs"]
     assert [r["name"] for r in rows] == [p.stem for p in bundled_spec_paths()]
     for r in rows:
         assert set(r) >= {"name", "path", "shapes", "doc", "flops", "bytes", "roofline_cycles",
