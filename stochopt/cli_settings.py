@@ -37,8 +37,10 @@ def default_map(settings: Settings, group: click.Group) -> dict[str, dict]:
         if key not in options:
             raise settings.error(key, f"unknown key {key!r}",
                                  hint=f"known keys are {', '.join(sorted(options))}")
-        value = settings.resolve_path(raw) if key in PATH_KEYS and isinstance(raw, str) \
-            else raw
+        # a path is relative to the settings file; a machine preset's name is no path
+        is_path = key in PATH_KEYS and isinstance(raw, str) and (
+            key != "machine" or raw.endswith(".toml"))
+        value = settings.resolve_path(raw) if is_path else raw
         for command, param in options[key]:
             _check(settings, key, value, param)
             out.setdefault(command, {})[param.name] = value

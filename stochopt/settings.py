@@ -59,9 +59,7 @@ class Settings:
         """A path from the settings file, made relative to the file's folder."""
         if self.path is None or Path(value).is_absolute():
             return value
-        beside = self.path.parent / value
-        # a machine preset name ("small") is no path: keep it unless such a file exists
-        return str(beside) if beside.exists() or "/" in value or "." in value else value
+        return str(self.path.parent / value)
 
 
 def find_settings_file(start: Path | None = None) -> Path | None:
