@@ -1,6 +1,6 @@
 """Tracing a spec: run the numpy reference on tracer arrays and record what it does.
 
-Only DESIGN.md's numpy subset is recorded; anything else stops the trace with an error
+Only the numpy subset listed in docs/specs.md is recorded; anything else stops the trace with an error
 that names the function and the spec line, and points to --init kernel.leir.
 """
 
