@@ -1,7 +1,8 @@
 """Tracing a spec: run the numpy reference on tracer arrays and record what it does.
 
-Only the numpy subset listed in docs/specs.md is recorded; anything else stops the trace with an error
-that names the function and the spec line, and points to --init kernel.leir.
+Only the numpy subset listed in docs/specs.md is recorded; anything else stops the trace
+with an error that names the function and the spec line, and points to --init
+kernel.leir.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Property: any spec hypothesis writes from the lowering's numpy subset (docs/specs.md) (random shapes, including
-prime and 1-sized axes, and random chains of elementwise ops, broadcasting, masks,
+"""Property: any spec hypothesis writes from the lowering's numpy subset (docs/specs.md;
+random shapes, including prime and 1-sized axes, and random chains of elementwise ops, broadcasting, masks,
 reductions, transposes, slices and concatenations) lowers, fits, and matches its
 reference."""
 
