@@ -31,62 +31,14 @@ class _Group(click.Group):
             sys.exit(2)
 
 
-def _read_kernel_text(path: str) -> str:
-    p = Path(path)
-    if not p.exists():
-        raise StochoptError(f"kernel file {path} does not exist")
-    try:
-        text = p.read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise StochoptError(f"cannot read kernel file {path}: {e}") from None
-    if p.suffix == ".py" and "@spec" in text:
-        raise StochoptError(f"{path} is a spec (numpy), not a LEIR kernel",
-                            hint=f"stochopt lower {path} -o kernel.leir writes its plain "
-                            f"kernel; stochopt optimize {path} searches for a fast one")
-    return text
-
-
-def _read_kernel(path: str, machine_flag: str | None, ctx: click.Context | None = None):
-    """The kernel in a file and the machine to cost it on: --machine when typed, else
-    the machine the file records (its run directory's, or its '# machine:' line), else
-    the settings' machine, else mncore2."""
-    from stochopt.leir import parse
-
-    text = _read_kernel_text(path)
-    machine = _kernel_machine(path, text, machine_flag, ctx)
-    try:
-        return parse(text, machine), machine
-    except StochoptError as e:
-        raise type(e)(e.message, line=e.line, col=e.col, hint=e.hint, source=path) from None
-
-
-def _kernel_machine(path: str, text: str, machine_flag: str | None, ctx):
-    from stochopt.backend.machine import PRESETS, load_machine
+def _read_kernel(path: str, machine_flag: str | None, ctx: click.Context):
+    """The kernel in a file and its machine: --machine when typed, else what the file
+    records, else the settings' machine (see stochopt.kernel_file)."""
     from stochopt.cli_settings import given_on_command_line
-    from stochopt.leir.parser import machine_of
+    from stochopt.kernel_file import read_kernel_file
 
-    if machine_flag is not None and (ctx is None or given_on_command_line(ctx, ["machine"])):
-        return load_machine(machine_flag)
-    run_json = Path(path).parent / "run.json"
-    if run_json.is_file():  # a kernel in a run directory: the run's own machine
-        from stochopt.report.facts import run_machine
-
-        try:
-            return run_machine(json.loads(run_json.read_text()))
-        except (OSError, ValueError, KeyError, TypeError, StochoptError):
-            pass  # not a readable run.json: fall back to the header
-    recorded = machine_of(text)
-    if recorded is None:
-        return load_machine(machine_flag)  # the settings' machine, or mncore2
-    if recorded in PRESETS:
-        return PRESETS[recorded]
-    beside = Path(path).parent / recorded
-    for candidate in (Path(recorded), beside):
-        if candidate.suffix == ".toml" and candidate.is_file():
-            return load_machine(str(candidate))
-    raise StochoptError(f"{path} was written for machine {recorded!r}, which is not a preset",
-                        hint=f"pass --machine with its .toml file, or one of "
-                        f"{', '.join(PRESETS)}")
+    typed = machine_flag if given_on_command_line(ctx, ["machine"]) else None
+    return read_kernel_file(path, machine=typed, fallback_machine=machine_flag)
 
 
 machine_option = click.option(
@@ -208,49 +160,6 @@ def specs(as_json: bool, machine: str) -> None:
     console.print(table)
 
 
-def _spec_for_kernel(kernel_path: str, kernel, spec_path: str | None, name: str | None):
-    """The spec named by --spec; for a kernel in a run directory, the run's copy of its
-    spec; else the kernel's '# spec:' line, read relative to the kernel's folder, then
-    to the current one."""
-    from stochopt.spec import load_spec
-
-    if spec_path is not None:
-        return load_spec(spec_path, name)
-    folder = Path(kernel_path).parent
-    if (folder / "run.json").is_file() and (folder / "spec.py").is_file():
-        try:
-            name = name or json.loads((folder / "run.json").read_text()).get("name")
-        except (OSError, ValueError, AttributeError):
-            pass
-        return load_spec(folder / "spec.py", name)
-    recorded = kernel.spec_path
-    if recorded is None:
-        raise StochoptError(f"{kernel_path} names no spec",
-                            hint="pass --spec SPEC.py or add a first line '# spec: PATH'")
-    tried = [Path(recorded)] if Path(recorded).is_absolute() else [folder / recorded,
-                                                                   Path(recorded)]
-    for candidate in tried:
-        if candidate.is_file():
-            return load_spec(candidate, name)
-    raise StochoptError(f"{kernel_path} names spec {recorded}, which is not at "
-                        + " nor ".join(dict.fromkeys(str(p) for p in tried)),
-                        hint="pass --spec SPEC.py")
-
-
-def _baseline_or_none(spec, machine, warnings: list[str]):
-    """The lowered spec, the precision yardstick; None (and a warning) for a spec the
-    lowering does not support, whose kernels are then held to its tolerance alone."""
-    from stochopt.lower import lower
-
-    try:
-        return lower(spec, machine)
-    except StochoptError as e:
-        warnings.append(f"spec {spec.name} does not lower ({e.message}), so there is no "
-                        "baseline to compare precision with: the kernel is held to the "
-                        "spec's tolerance alone")
-        return None
-
-
 @main.command()
 @click.argument("kernel_path", metavar="KERNEL.leir")
 @click.option("--spec", "spec_path", default=None, help="The spec (default: the run's spec "
@@ -272,14 +181,15 @@ def verify(ctx: click.Context, kernel_path: str, spec_path: str | None, name: st
            as_json: bool, machine: str | None) -> None:
     """Check that a kernel computes its spec: exit 0 equivalent, 1 counterexample found,
     2 invalid kernel, spec or arguments."""
+    from stochopt.kernel_file import baseline_or_none, spec_for_kernel
     from stochopt.verify import certificate, check, degenerate_warnings
     from stochopt.verify.replay import load_inputs
 
     kernel, m = _read_kernel(kernel_path, machine, ctx)
-    spec = _spec_for_kernel(kernel_path, kernel, spec_path, name)
+    spec = spec_for_kernel(kernel_path, kernel, spec_path, name)
     extra = [load_inputs(inputs_npz, spec)] if inputs_npz else None
     warnings: list[str] = []
-    baseline = _baseline_or_none(spec, m, warnings)
+    baseline = baseline_or_none(spec, m, warnings)
     verdict = check(kernel, spec, examples=1 if extra else examples, seed=seed, machine=m,
                     baseline=baseline or kernel, extra_inputs=extra, structured=extra is None)
     verdict.warnings.extend(warnings + degenerate_warnings(spec))
