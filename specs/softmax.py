@@ -1,4 +1,4 @@
-"""softmax: row-wise softmax with the row max subtracted, as in DESIGN.md."""
+"""softmax: row-wise softmax with the row max subtracted."""
 import numpy as np
 
 from stochopt import spec, tensor

@@ -49,28 +49,27 @@ KernelLike = "Kernel | str | Path"    # a Kernel, a .leir file's path, or LEIR t
 # the boundary: kernels, specs, machines and inputs from whatever the user holds
 # ---------------------------------------------------------------------------------
 
-def load_kernel(kernel: KernelLike, machine: str | Path | Machine = DEFAULT_MACHINE) -> Kernel:
-    """A Kernel from a Kernel, a .leir file or LEIR text (parsed, never executed)."""
+def load_kernel(kernel: KernelLike, machine: str | Path | Machine | None = None) -> Kernel:
+    """A Kernel from a Kernel, a .leir file or LEIR text (parsed, never executed). A file
+    is read on ``machine`` when given, else on the machine it records (its run's, or its
+    '# machine:' line), else mncore2."""
+    return _kernel_and_machine(kernel, machine)[0]
+
+
+def _kernel_and_machine(kernel: KernelLike, machine) -> tuple[Kernel, Machine]:
+    from stochopt.kernel_file import read_kernel_file
     from stochopt.leir import Kernel, parse
 
     if isinstance(kernel, Kernel):
-        return kernel
+        return kernel, _machine(machine)
     if not isinstance(kernel, str | Path):
         raise StochoptError(f"a kernel must be a Kernel, a .leir path or LEIR text, got "
                             f"{type(kernel).__name__}",
                             hint="pass e.g. stochopt.lower(spec) or 'runs/x/best.leir'")
-    m = _machine(machine)
     if _is_text(kernel):
-        return parse(kernel, m)
-    try:
-        text = Path(kernel).read_text()
-    except (OSError, UnicodeDecodeError) as e:
-        raise StochoptError(f"cannot read kernel file {kernel}: {e}") from None
-    try:
-        return parse(text, m)
-    except StochoptError as e:  # say which file the line and column are in
-        raise type(e)(e.message, line=e.line, col=e.col, hint=e.hint, source=str(kernel)) \
-            from None
+        m = _machine(machine)
+        return parse(kernel, m), m
+    return read_kernel_file(kernel, machine=machine)
 
 
 def as_spec(spec: SpecLike, name: str | None = None) -> Spec:
@@ -99,24 +98,25 @@ def as_spec(spec: SpecLike, name: str | None = None) -> Spec:
 
 def spec_for_kernel(kernel: Kernel, spec: SpecLike | None, name: str | None = None,
                     kernel_path: str | Path | None = None) -> Spec:
-    """The spec given, else the one named by the kernel's '# spec:' line (a relative
-    path is tried from the kernel file's folder, then from here)."""
+    """The spec given, else the kernel file's own (stochopt.kernel_file: the run's spec.py
+    for a kernel in a run directory, else its '# spec:' line from the file's folder, then
+    from here)."""
+    from stochopt import kernel_file
+
     if spec is not None:
         return as_spec(spec, name)
-    spec_path = kernel.spec_path
-    if spec_path is None:
-        raise StochoptError(f"{kernel_path or 'kernel ' + kernel.name} names no spec",
-                            hint="pass --spec SPEC.py or add a first line '# spec: PATH'")
-    if kernel_path is not None and not Path(spec_path).is_absolute():
-        beside = Path(kernel_path).parent / spec_path
-        if beside.is_file():
-            spec_path = str(beside)
-    return load_spec(spec_path, name)
+    if kernel_path is not None:
+        return kernel_file.spec_for_kernel(kernel_path, kernel, None, name)
+    if kernel.spec_path is None:
+        raise StochoptError(f"kernel {kernel.name} names no spec",
+                            hint="pass spec=..., or a kernel whose first line is "
+                            "'# spec: PATH'")
+    return load_spec(kernel.spec_path, name)
 
 
 def _machine(machine) -> Machine:
     from stochopt.backend.machine import load_machine
-    return load_machine(machine)
+    return load_machine(DEFAULT_MACHINE if machine is None else machine)
 
 
 def _is_text(value: str | Path) -> bool:
@@ -211,15 +211,14 @@ class Execution(Displayable):
 
 
 def run(kernel: KernelLike, inputs: Mapping[str, Any] | None = None, *, seed: int = 0,
-        machine: str | Path | Machine = DEFAULT_MACHINE) -> Execution:
+        machine: str | Path | Machine | None = None) -> Execution:
     """Emulate a kernel on the inputs given (default: uniform random ones from seed) and
     cost it: outputs, cycles and the per-op profile."""
     from stochopt.backend.bound import bound_of_kernel
     from stochopt.backend.cost import cost, roofline_of_kernel
     from stochopt.backend.emulate import emulate, random_inputs
 
-    m = _machine(machine)
-    k = load_kernel(kernel, m)
+    k, m = _kernel_and_machine(kernel, machine)
     if inputs is None:
         seed = _count(seed, "seed", 0)
         values = random_inputs(k, seed)
@@ -237,17 +236,17 @@ def run(kernel: KernelLike, inputs: Mapping[str, Any] | None = None, *, seed: in
 def verify(kernel: KernelLike, spec: SpecLike | None = None, *, name: str | None = None,
            examples: int = 200, seed: int = 0, inputs: str | Path | Mapping | None = None,
            counterexample_path: str | Path | None = None,
-           machine: str | Path | Machine = DEFAULT_MACHINE) -> Verdict:
+           machine: str | Path | Machine | None = None) -> Verdict:
     """Check that a kernel computes its spec (default: the one on its '# spec:' line).
 
     ``inputs`` replays one input (a dict of arrays or a saved .npz) instead of searching;
     a counterexample found is saved to ``counterexample_path`` when one is given."""
+    from stochopt.kernel_file import baseline_or_none
     from stochopt.verify import check, degenerate_warnings
     from stochopt.verify.replay import load_inputs
 
     examples, seed = _count(examples, "examples", 1), _count(seed, "seed", 0)
-    m = _machine(machine)
-    k = load_kernel(kernel, m)
+    k, m = _kernel_and_machine(kernel, machine)
     kernel_path = kernel if isinstance(kernel, str | Path) and not _is_text(kernel) else None
     s = spec_for_kernel(k, spec, name, kernel_path)
     extra = None
@@ -256,9 +255,11 @@ def verify(kernel: KernelLike, spec: SpecLike | None = None, *, name: str | None
     elif inputs is not None:
         extra = [_checked_inputs(inputs, {n: (t.dtype, t.shape) for n, t in s.inputs.items()},
                                  f"spec {s.name}")]
+    warnings: list[str] = []
+    baseline = baseline_or_none(s, m, warnings)  # None: held to the spec's tolerance alone
     verdict = check(k, s, examples=1 if extra else examples, seed=seed, machine=m,
-                    extra_inputs=extra, structured=extra is None)
-    verdict.warnings.extend(degenerate_warnings(s))
+                    baseline=baseline or k, extra_inputs=extra, structured=extra is None)
+    verdict.warnings.extend(warnings + degenerate_warnings(s))
     cex = verdict.counterexample
     # a range refusal holds for every input: there is no input to save
     if cex is not None and counterexample_path is not None and cex.mismatch.check != "range":
@@ -273,7 +274,8 @@ def optimize(spec: SpecLike | None = None, *, budget: str | float = "10m",
              resume: str | Path | None = None, max_proposals: int | None = None,
              max_cost: float | None = None, llm: Mapping[str, Any] | None = None,
              progress: Callable[[dict], None] | None = None, live: bool | None = None,
-             config: ChainConfig | None = None) -> RunResult:
+             config: ChainConfig | None = None,
+             settings: Mapping[str, Any] | None = None) -> RunResult:
     """Search for a faster kernel equivalent to a spec; the best verified one is in
     result.best_path. ``progress`` receives a snapshot dict a few times a second; ``live``
     draws them (None: in Jupyter only). Interrupting stops the run cleanly: its checkpoint
@@ -305,7 +307,7 @@ def optimize(spec: SpecLike | None = None, *, budget: str | float = "10m",
                       machine=_str(machine) if isinstance(machine, Path) else machine,
                       resume=_str(resume), max_proposals=max_proposals, max_cost=max_cost,
                       name=spec_name, llm=dict(llm) if llm and llm.get("model") else None,
-                      progress=on_progress, config=config)
+                      progress=on_progress, config=config, settings=settings)
 
 
 class Report(dict, Displayable):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -11,6 +13,7 @@ from rich.console import Console
 from rich.text import Text
 
 from stochopt.errors import StochoptError
+from stochopt.report.words import plural
 
 console = Console()
 err_console = Console(stderr=True)
@@ -28,15 +31,39 @@ class _Group(click.Group):
             sys.exit(2)
 
 
+def _read_kernel(path: str, machine_flag: str | None, ctx: click.Context):
+    """The kernel in a file and its machine: --machine when typed, else what the file
+    records, else the settings' machine (see stochopt.kernel_file)."""
+    from stochopt.cli_settings import given_on_command_line
+    from stochopt.kernel_file import read_kernel_file
+
+    typed = machine_flag if given_on_command_line(ctx, ["machine"]) else None
+    return read_kernel_file(path, machine=typed, fallback_machine=machine_flag)
+
+
 machine_option = click.option(
     "--machine", default="mncore2", show_default=True,
     help="Machine preset (mncore2, small) or a TOML file.")
+kernel_machine_option = click.option(
+    "--machine", default=None,
+    help="Machine preset (mncore2, small) or a TOML file (default: the machine the "
+    "kernel file records, else mncore2).")
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="stochopt")
-def main() -> None:
-    """stochopt: a stochastic superoptimizer for accelerator kernels written in LEIR."""
+@click.pass_context
+def main(ctx: click.Context) -> None:
+    """stochopt: a stochastic superoptimizer for accelerator kernels written in LEIR.
+
+    Flags default to the nearest stochopt.toml or pyproject.toml [tool.stochopt]
+    (keys are flag names: machine, budget, chains, model, base-url, ...)."""
+    from stochopt.cli_settings import default_map
+    from stochopt.settings import load_settings
+
+    settings = load_settings()
+    ctx.obj = settings
+    ctx.default_map = default_map(settings, main)
 
 
 @main.command()
@@ -44,15 +71,16 @@ def main() -> None:
 @click.option("--seed", default=0, show_default=True, help="Seed of the random inputs.")
 @click.option("--profile", "show_profile", is_flag=True, help="Show the per-op profile.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@machine_option
-def run(kernel_path: str, seed: int, show_profile: bool, as_json: bool, machine: str) -> None:
+@kernel_machine_option
+@click.pass_context
+def run(ctx: click.Context, kernel_path: str, seed: int, show_profile: bool, as_json: bool,
+        machine: str | None) -> None:
     """Emulate a kernel on random inputs and show its outputs and cost."""
     from stochopt import api
-    from stochopt.backend.machine import load_machine
     from stochopt.report.terminal import profile_table, resource_table
 
-    m = load_machine(machine)
-    execution = api.run(kernel_path, seed=seed, machine=m)
+    kernel, m = _read_kernel(kernel_path, machine, ctx)
+    execution = api.run(kernel, seed=seed, machine=m)
     profile, roof, bound = (execution.profile, execution.roofline_cycles,
                             execution.bound_cycles)
     facts = {"kernel": kernel_path, **execution.to_json()}
@@ -71,7 +99,7 @@ def run(kernel_path: str, seed: int, show_profile: bool, as_json: bool, machine:
                   f"  bottleneck {profile.bottleneck()}"
                   f"  critical path {profile.critical_path_cycles}")
     if show_profile:
-        console.print(profile_table(profile))
+        console.print(profile_table(profile, kernel))
         console.print(resource_table(profile))
 
 
@@ -84,37 +112,47 @@ def run(kernel_path: str, seed: int, show_profile: bool, as_json: bool, machine:
 def lower(spec_path: str, output: str | None, name: str | None, machine: str) -> None:
     """Lower a numpy spec to its plain baseline kernel."""
     from stochopt import api
+    from stochopt.backend.machine import load_machine
     from stochopt.leir import render
 
-    kernel = api.lower(spec_path, name=name, machine=machine)
-    text = render(kernel)
+    m = load_machine(machine)
+    kernel = api.lower(spec_path, name=name, machine=m)
     if output:
-        _write_text(output, text)
+        # the '# spec:' line is read relative to the kernel file: point it there
+        relative = os.path.relpath(Path(spec_path).resolve(), Path(output).resolve().parent)
+        _write_text(output, render(dataclasses.replace(kernel, spec_path=relative), m))
         err_console.print(f"wrote {output}")
     else:
-        click.echo(text, nl=False)
+        click.echo(render(kernel, m), nl=False)
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--json", "as_json", is_flag=True,
+              help='Print one JSON object: {"machine": ..., "specs": [one object per spec]}.')
 @machine_option
 def specs(as_json: bool, machine: str) -> None:
     """List the bundled specs with their baseline cycles and roofline."""
-    from stochopt.lower.catalog import spec_table
-
-    rows = spec_table(machine)
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-        return
+    from rich import box
     from rich.table import Table
 
-    table = Table(title=f"bundled specs on {machine}")
-    # "bound" is the reachable bound in cycles; "limit" says whether DRAM or compute sets
-    # the roofline (the JSON key "bound", kept for scripts)
+    from stochopt.backend.machine import load_machine
+    from stochopt.lower.catalog import spec_table
+
+    m = load_machine(machine)
+    rows = spec_table(m)
+    if as_json:
+        click.echo(json.dumps({"machine": m.name, "specs": rows}, indent=2))
+        return
+    # no vertical rules: the widest names and numbers fit 80 columns whole; "bound" is the
+    # reachable bound in cycles, "limit" whether DRAM or compute sets the roofline (the
+    # JSON key "bound", kept for scripts)
+    table = Table(title=f"bundled specs on {m.name}", box=box.SIMPLE_HEAD, pad_edge=False)
     columns = ("spec", "flops", "bytes", "roofline", "bound", "baseline", "of roofline",
                "of bound", "limit")
     for col in columns:
-        table.add_column(col, justify="left" if col in ("spec", "limit") else "right")
+        table.add_column(col, justify="left" if col in ("spec", "limit") else "right",
+                         no_wrap=col != "spec",
+                         min_width=max(len(r["name"]) for r in rows) if col == "spec" else None)
     for r in rows:
         table.add_row(r["name"], f"{r['flops']:,}", f"{r['bytes']:,}",
                       str(r["roofline_cycles"]), str(r["bound_cycles"]),
@@ -126,8 +164,8 @@ def specs(as_json: bool, machine: str) -> None:
 
 @main.command()
 @click.argument("kernel_path", metavar="KERNEL.leir")
-@click.option("--spec", "spec_path", default=None, help="The spec (default: the kernel's "
-              "'# spec:' line).")
+@click.option("--spec", "spec_path", default=None, help="The spec (default: the run's spec "
+              "for a kernel in a run directory, else the kernel's '# spec:' line).")
 @click.option("--name", default=None, help="Which spec, when the file has several.")
 @click.option("--examples", default=200, show_default=True, type=click.IntRange(min=1),
               help="Inputs to try.")
@@ -138,37 +176,60 @@ def specs(as_json: bool, machine: str) -> None:
               help="Where to save a counterexample's inputs (default KERNEL.counterexample.npz"
               " in the current folder).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-@machine_option
-def verify(kernel_path: str, spec_path: str | None, name: str | None, examples: int, seed: int,
-           inputs_npz: str | None, cex_path: str | None, as_json: bool, machine: str) -> None:
+@kernel_machine_option
+@click.pass_context
+def verify(ctx: click.Context, kernel_path: str, spec_path: str | None, name: str | None,
+           examples: int, seed: int, inputs_npz: str | None, cex_path: str | None,
+           as_json: bool, machine: str | None) -> None:
     """Check that a kernel computes its spec: exit 0 equivalent, 1 counterexample found,
     2 invalid kernel, spec or arguments."""
     from stochopt import api
-    from stochopt.backend.machine import load_machine
     from stochopt.verify import certificate
 
-    m = load_machine(machine)
-    kernel = api.load_kernel(kernel_path, m)
+    kernel, m = _read_kernel(kernel_path, machine, ctx)
     spec = api.spec_for_kernel(kernel, spec_path, name, kernel_path)
     verdict = api.verify(kernel, spec, examples=examples, seed=seed, inputs=inputs_npz,
-                         machine=m, counterexample_path=None if inputs_npz else
-                         cex_path or f"{Path(kernel_path).stem}.counterexample.npz")
+                         machine=m)
+    cex = verdict.counterexample
+    save_to = cex_path or f"{Path(kernel_path).stem}.counterexample.npz"
+    # a range refusal holds for every input: there is no input to save
+    saved = cex is not None and inputs_npz is None and cex.mismatch.check != "range"
     if as_json:
+        save_error = _save_counterexample(cex, save_to) if saved else None
         facts = verdict.to_json()
         facts["kernel"] = kernel_path
         facts["spec"] = spec.name
+        facts["machine"] = m.name
+        if save_error:
+            facts["counterexample_not_saved"] = save_error
         if verdict.equivalent:
             facts["certificate"] = certificate(kernel, spec, verdict, m)
         click.echo(json.dumps(facts, indent=2))
     else:
+        # the verdict first: saving the input may fail, the verdict must not be lost
         _print_verdict(kernel_path, spec, verdict)
+        if saved:
+            error = _save_counterexample(cex, save_to)
+            console.print(f"  could not save the input to {save_to} ({error}); pass "
+                          "--counterexample PATH in a folder you can write" if error else
+                          f"  saved the input to {cex.path}; replay with --inputs {cex.path}",
+                          highlight=False)
     sys.exit(0 if verdict.equivalent else 1)
+
+
+def _save_counterexample(cex, path: str) -> str | None:
+    """Save the failing input; the reason it could not be saved, or None."""
+    try:
+        cex.save(path)
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
 
 
 def _print_verdict(kernel_path: str, spec, verdict) -> None:
     for w in verdict.warnings:
         err_console.print(f"[yellow]warning:[/] {w}", highlight=False)
-    head = (f"{kernel_path} vs spec {spec.name}: {verdict.examples} inputs, seed "
+    head = (f"{kernel_path} vs spec {spec.name}: {plural(verdict.examples, 'input')}, seed "
             f"{verdict.seed}, {verdict.elapsed_s:.2f} s")
     if verdict.equivalent:
         console.print(f"[bold green]EQUIVALENT[/]  {head}", highlight=False)
@@ -191,9 +252,6 @@ def _print_verdict(kernel_path: str, spec, verdict) -> None:
     if cex.recipes:
         console.print("  input: " + ", ".join(f"{n} = {r.describe()}"
                                               for n, r in cex.recipes.items()), highlight=False)
-    if cex.path:
-        console.print(f"  saved the input to {cex.path}; replay with --inputs {cex.path}",
-                      highlight=False)
 
 
 @main.command()
@@ -242,19 +300,21 @@ def _print_verdict(kernel_path: str, spec, verdict) -> None:
 @click.option("--llm-cache", "cache", default=None, type=click.Path(file_okay=False),
               help="Replay identical prompts from this folder (and fill it).")
 @machine_option
-def optimize(spec_path, budget, proposer, chains, seed, init, name, run_dir, resume,
+@click.pass_context
+def optimize(ctx, spec_path, budget, proposer, chains, seed, init, name, run_dir, resume,
              max_proposals, max_cost, quiet, machine, **llm) -> None:
     """Search for a faster kernel equivalent to a spec."""
-    import os
-
     from rich.live import Live
 
     from stochopt import api
+    from stochopt.cli_settings import sources
     from stochopt.search.display import progress_view, summary_lines
     from stochopt.search.llm import describe
 
     if spec_path is None and resume is None:
         raise StochoptError("give a spec file, or --resume RUN_DIR")
+    if resume is not None:
+        _refuse_flags_with_resume(ctx, resume)
     if resume is None and proposer in ("mixed", "llm"):
         if llm["model"]:
             err_console.print(f"LLM: {describe(llm)}", highlight=False)
@@ -275,7 +335,8 @@ def optimize(spec_path, budget, proposer, chains, seed, init, name, run_dir, res
             live.update(progress_view(stats))
         elif not quiet and stats["elapsed_s"] - last["t"] >= 10:
             last["t"] = stats["elapsed_s"]
-            err_console.print(f"[{stats['elapsed_s']:.0f}s] {stats['proposals']} candidates, "
+            err_console.print(f"[{stats['elapsed_s']:.0f}s] "
+                              f"{plural(stats['proposals'], 'candidate')}, "
                               f"best {stats['best_cycles']} cycles "
                               f"({stats['speedup']:.2f}x)", highlight=False)
 
@@ -285,12 +346,32 @@ def optimize(spec_path, budget, proposer, chains, seed, init, name, run_dir, res
         result = api.optimize(spec_path, budget=budget, proposer=proposer, chains=chains,
                               seed=seed, init=init, machine=machine, run_dir=run_dir,
                               resume=resume, max_proposals=max_proposals, max_cost=max_cost,
-                              name=name, progress=progress, llm=llm, live=False)
+                              name=name, progress=progress, llm=llm, live=False,
+                              settings=sources(ctx, ctx.obj) if resume is None else None)
     finally:
         if live is not None:
             live.stop()
     for line in summary_lines(result):
         console.print(line, highlight=False)
+
+
+def _refuse_flags_with_resume(ctx: click.Context, resume: str) -> None:
+    """--resume continues a run exactly as it was started: a flag that would change it
+    is refused rather than silently ignored."""
+    from stochopt.cli_settings import given_on_command_line
+
+    fixed = [p.name for p in ctx.command.params if p.name not in ("resume", "quiet")]
+    typed = given_on_command_line(ctx, fixed)
+    if not typed:
+        return
+    flags = ["SPEC.py" if n == "spec_path" else
+             next(o for o in ctx.command.params if o.name == n).opts[0] for n in typed]
+    raise StochoptError(
+        f"--resume continues {resume} with the spec, budget, chains, seed, machine and "
+        f"proposers in its run.json; it does not take {', '.join(flags)}",
+        hint=f"drop {'it' if len(flags) == 1 else 'them'}, or start a new run from its best "
+        f"kernel with the flags you want: stochopt optimize {Path(resume) / 'spec.py'} "
+        f"--init {Path(resume) / 'best.leir'}")
 
 
 @main.command()

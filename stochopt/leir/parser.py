@@ -45,16 +45,27 @@ RESERVED = set(OPS) | {"range", "True", "False", "None"} | set(NAMED_CONSTANTS)
 _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div",
            ast.MatMult: "matmul"}
 _CMPOPS = {ast.Gt: "gt", ast.GtE: "ge", ast.Lt: "lt", ast.LtE: "le", ast.Eq: "eq"}
-_SPEC_LINE = re.compile(r"^#\s*spec:\s*(.+?)\s*$")
+_HEADER_LINE = re.compile(r"^#\s*(spec|machine):\s*(.+?)\s*$")
+
+
+def header_of(text: str, key: str) -> str | None:
+    """The ``# spec: PATH`` or ``# machine: NAME`` comment on the first lines of a
+    kernel, if any."""
+    for line in text.splitlines()[:5]:
+        m = _HEADER_LINE.match(line.strip())
+        if m and m.group(1) == key:
+            return m.group(2)
+    return None
 
 
 def spec_path_of(text: str) -> str | None:
     """The ``# spec: PATH`` comment on the first lines of a kernel, if any."""
-    for line in text.splitlines()[:5]:
-        m = _SPEC_LINE.match(line.strip())
-        if m:
-            return m.group(1)
-    return None
+    return header_of(text, "spec")
+
+
+def machine_of(text: str) -> str | None:
+    """The ``# machine: NAME`` comment a kernel file records its machine with, if any."""
+    return header_of(text, "machine")
 
 
 def parse(text: str, machine=None) -> Kernel:

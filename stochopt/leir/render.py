@@ -14,11 +14,15 @@ from stochopt.leir.parser import RESERVED
 from stochopt.leir.rules import Const
 
 
-def render(kernel: Kernel) -> str:
+def render(kernel: Kernel, machine=None) -> str:
+    """The kernel's text; with ``machine``, a ``# machine: NAME`` header records what
+    it was written for (kernel files carry it, so `run` and `verify` cost it there)."""
     names = _unique_names(kernel)
     lines = []
     if kernel.spec_path:
         lines.append(f"# spec: {kernel.spec_path}")
+    if machine is not None:
+        lines.append(f"# machine: {machine.name}")
     params = ", ".join(f'{names[i]}: "{n.type.signature()}"'
                        for i, n in enumerate(kernel.nodes) if n.op == "input")
     lines.append(f'def {kernel.name}({params}) -> "{kernel.output_type.signature()}":')

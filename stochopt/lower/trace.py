@@ -1,7 +1,8 @@
 """Tracing a spec: run the numpy reference on tracer arrays and record what it does.
 
-Only DESIGN.md's numpy subset is recorded; anything else stops the trace with an error
-that names the function and the spec line, and points to --init kernel.leir.
+Only the numpy subset listed in docs/specs.md is recorded; anything else stops the trace
+with an error that names the function and the spec line, and points to --init
+kernel.leir.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from stochopt.errors import StochoptError
 from stochopt.leir.rules import broadcast_shape
 from stochopt.spec import Spec
 
-INIT_HINT = "write the kernel by hand and start from it with --init kernel.leir"
+INIT_HINT = ("write the kernel by hand in LEIR (docs/leir.md) and start from it with "
+             "stochopt optimize SPEC.py --init kernel.leir; verify and optimize check it "
+             "against this spec's numpy all the same")
 
 
 @dataclass(eq=False)
@@ -81,7 +84,7 @@ class Tracer:
     def __array_function__(self, func, types, args, kwargs):
         handler = _FUNCTIONS.get(func.__name__)
         if handler is None:
-            _unsupported(f"np.{func.__name__}")
+            _unsupported(_numpy_name(func))
         return handler(*args, **kwargs)
 
     def __array__(self, *a, **k):
@@ -197,6 +200,14 @@ class Tracer:
         if name.startswith("__"):
             raise AttributeError(name)
         _unsupported(f"the array attribute or method .{name}")
+
+
+def _numpy_name(func) -> str:
+    """A numpy function as the spec wrote it: np.linalg.inv, not np.inv."""
+    module = getattr(func, "__module__", None) or "numpy"
+    if module == "numpy" or not module.startswith("numpy."):
+        return f"np.{func.__name__}"
+    return f"np.{module.removeprefix('numpy.')}.{func.__name__}"
 
 
 def _unsupported(what: str):

@@ -12,6 +12,9 @@ import io
 import re
 from contextlib import contextmanager
 
+from stochopt.report.facts import format_share
+from stochopt.report.words import plural
+
 OUTCOME_COLORS = {"parse_error": "#9e9e9e", "invalid": "#f2a541", "wrong": "#d64545",
                   "rejected": "#a9c4e4", "accepted": "#3a7bd5", "best": "#2e9e5b"}
 RESOURCE_COLORS = {"dma": "#3fa7c9", "tree": "#e0b040", "vector": "#b065c9",
@@ -62,12 +65,12 @@ def trajectory_svg(f: dict) -> str:
                        color=colors.get(name, "#444444"), label=f"step by {name}")
         ax.axhline(f["baseline_cycles"], color=BASELINE_COLOR, linestyle="--", linewidth=1)
         ax.axhline(f["roofline_cycles"], color=ROOFLINE_COLOR, linestyle="--", linewidth=1)
-        ax.text(end, f["baseline_cycles"], f"baseline {f['baseline_cycles']}", ha="right",
-                va="bottom", color=BASELINE_COLOR)
-        ax.text(end, f["roofline_cycles"], f"roofline {f['roofline_cycles']}", ha="right",
-                va="bottom", color=ROOFLINE_COLOR)
         top = max(f["baseline_cycles"], f["start_cycles"])
         ax.set_ylim(0, top * 1.12)
+        _right_labels(ax, [(f["baseline_cycles"], f"baseline {f['baseline_cycles']}",
+                            BASELINE_COLOR),
+                           (f["roofline_cycles"], f"roofline {f['roofline_cycles']}",
+                            ROOFLINE_COLOR)])
         ax.set_xlim(0, end * 1.01)
         ax.set_xlabel("time since the start of the run (s)")
         ax.set_ylabel("cycles")
@@ -77,11 +80,11 @@ def trajectory_svg(f: dict) -> str:
 
 
 def outcomes_svg(f: dict) -> str:
-    """One bar per proposer, split by outcome as a share of its proposals; the count of
-    proposals is written at the end of the bar."""
+    """Left: one bar per proposer, split by outcome as a share of its proposals. Right:
+    each proposer's share of the cycles the search saved (what matters)."""
     names = list(f["proposers"])
-    with _figure("outcomes", (10, 0.9 + 0.45 * max(1, len(names)))) as fig:
-        ax = fig.subplots()
+    with _figure("outcomes", (10, 1.1 + 0.45 * max(1, len(names)))) as fig:
+        ax, saving = fig.subplots(1, 2, sharey=True, width_ratios=[3, 1.2])
         outcomes = list(f["outcomes"])
         for i, name in enumerate(names):
             p = f["proposers"][name]
@@ -97,13 +100,23 @@ def outcomes_svg(f: dict) -> str:
                             fontsize=8, color="white" if o in ("wrong", "accepted", "best")
                             else "#222222")
                 left += share
-            ax.text(1.01, i, f"{p['proposals']} proposals", va="center", fontsize=8)
-        ax.set_yticks(range(len(names)), names)
+            share = p["improvement_share"]
+            saving.barh(i, share, color=proposer_colors(f).get(name, "#444444"), height=0.6)
+            saving.text(min(share, 0.7) + 0.02, i, format_share(share), va="center",
+                        fontsize=8)
+        ax.set_yticks(range(len(names)),
+                      [f"{n}\n({plural(f['proposers'][n]['proposals'], 'proposal')})"
+                       for n in names])
         ax.invert_yaxis()
         ax.set_xlim(0, 1)
         ax.xaxis.set_major_formatter(_percent())
         ax.set_xlabel("share of the proposer's candidates")
         ax.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=len(outcomes), fontsize=8)
+        saving.set_xlim(0, 1)
+        saving.xaxis.set_major_formatter(_percent())
+        saving.set_xlabel("share of the cycles saved")
+        saving.set_title("share of saving")
+        saving.tick_params(axis="y", left=False)
         return _svg(fig, "outcomes")
 
 
@@ -119,11 +132,11 @@ def acceptance_svg(f: dict) -> str:
             mids = [(b["t0"] + b["t1"]) / 2 for b in bins]
             rate_ax.bar(mids, [b["proposals"] / width for b in bins], width=width * 0.9,
                         color="#e8e8e8", zorder=0)
-            shown = [(m, b["accepted"] / b["proposals"]) for m, b in zip(mids, bins,
-                                                                         strict=True)
-                     if b["proposals"]]
-            ax.plot([m for m, _ in shown], [a for _, a in shown], color="#3a7bd5",
-                    marker="o", markersize=3, linewidth=1.4)
+            # an empty slice has no acceptance: the line breaks there (NaN), it does not
+            # draw a rate across a time when nothing was tried
+            shares = [b["accepted"] / b["proposals"] if b["proposals"] else float("nan")
+                      for b in bins]
+            ax.plot(mids, shares, color="#3a7bd5", marker="o", markersize=3, linewidth=1.4)
             ax.axhline(f["acceptance"], color="#3a7bd5", linestyle=":", linewidth=1)
             ax.set_title(f"overall {f['acceptance'] * 100:.1f}% accepted (dotted)",
                          loc="right", fontsize=8, fontweight="normal", color="#3a7bd5")
@@ -199,6 +212,24 @@ def _svg(fig, name: str) -> str:
     head = re.sub(r'\s(width|height)="[^"]*"', "", head)
     return (f'{head} class="chart" data-chart="{name}" role="img" '
             f'aria-label="{name} chart">{rest}')
+
+
+def _right_labels(ax, marks: list[tuple[float, str, str]]) -> None:
+    """Labels for horizontal lines, outside the plot on the right, where no data line
+    can run through them; two that would touch are pushed apart."""
+    labels = ax.twinx()
+    labels.set_ylim(ax.get_ylim())
+    marks = sorted(marks)
+    labels.set_yticks([m[0] for m in marks], [m[1] for m in marks])
+    low, high = ax.get_ylim()
+    close = len(marks) == 2 and (marks[1][0] - marks[0][0]) < 0.08 * (high - low)
+    for i, (tick, (_, _, color)) in enumerate(zip(labels.get_yticklabels(), marks,
+                                                   strict=True)):
+        tick.set_color(color)
+        if close:
+            tick.set_verticalalignment("top" if i == 0 else "bottom")
+    labels.tick_params(axis="y", length=0)
+    labels.spines["right"].set_visible(False)
 
 
 def _percent():

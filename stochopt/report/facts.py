@@ -17,6 +17,8 @@ from array import array
 from pathlib import Path
 
 from stochopt.errors import StochoptError
+from stochopt.report.credit import PathCredit
+from stochopt.report.words import plural
 
 RUNNING_WITHIN_S = 15.0   # a run whose files changed this recently is still going
 TIMELINE_BINS = 30        # bins of the acceptance-over-time series
@@ -26,6 +28,9 @@ TAKEN = ("accepted", "best")  # outcomes where the chain moved to the candidate
 def run_facts(run_dir: str | Path, now: float | None = None) -> dict:
     """Read a run directory into a dict of plain values (see docs/report.md)."""
     rd = Path(run_dir)
+    if not rd.exists():
+        raise StochoptError(f"run directory {rd} does not exist",
+                            hint="pass a directory written by stochopt optimize (runs/...)")
     if not (rd / "run.json").is_file():
         raise StochoptError(f"{rd} is not a run directory (no run.json)",
                             hint="pass a directory written by stochopt optimize")
@@ -33,8 +38,10 @@ def run_facts(run_dir: str | Path, now: float | None = None) -> dict:
     run = _read_json(rd / "run.json")
     checkpoint = _read_json(rd / "checkpoint.json", missing={})
     notes: list[str] = []
-    events = _read_events(rd / "events.jsonl", notes)
     machine = _machine(run, notes)
+    baseline_cycles = int(run["baseline_cycles"])
+    start_cycles = _start_cycles(run, machine, baseline_cycles)
+    events = _read_events(rd / "events.jsonl", notes, start_cycles)
     baseline_text = _read_text(rd / "baseline.leir")
     best_text = _read_text(rd / "best.leir")
     best_json = _read_json(rd / "best.json", missing={})
@@ -42,17 +49,16 @@ def run_facts(run_dir: str | Path, now: float | None = None) -> dict:
                                 "baseline.leir")
     best_profile = _profile(best_text, machine, best_json.get("profile"),
                             best_json.get("cycles"), notes, "best.leir")
+    best_error = _parse_error(best_text, machine)
 
-    baseline_cycles = int(run["baseline_cycles"])
     best_cycles = int(best_profile["cycles"])
     roofline_cycles = int(run["roofline_cycles"])
-    start_cycles = _start_cycles(run, machine, baseline_cycles)
     elapsed_s = max(float(checkpoint.get("elapsed_s", 0.0)), events["last_t"])
     budget_s = float(run["budget_s"])
     proposals, accepted = events["proposals"], events["accepted"]
     improvements, proposers = _attribute(events, run.get("arms", []), start_cycles)
     status = _status(rd, checkpoint, now)
-    verification = _verification(best_text, best_json, notes)
+    verification = _verification(best_text, best_json, notes, best_error)
     facts = {
         "run_dir": str(rd), "spec": run["spec"], "spec_path": run.get("spec_path"),
         "machine": run.get("machine_name") or run["machine"].get("name"),
@@ -79,6 +85,7 @@ def run_facts(run_dir: str | Path, now: float | None = None) -> dict:
         "rate": round(proposals / elapsed_s, 2) if elapsed_s else 0.0,
         "outcomes": events["outcomes"],
         "tokens": events["tokens"], "cost_usd": round(events["cost_usd"], 6),
+        "llm_model": (run.get("llm") or {}).get("model"),
         "proposers": proposers, "improvements": improvements,
         "timeline": _timeline(events, elapsed_s),
         "profiles": {"baseline": baseline_profile, "best": best_profile},
@@ -119,7 +126,7 @@ def headline(f: dict) -> list[tuple[str, str]]:
     verified = "yes" if f["verified"] else "NO"
     if f["verified"] and f["verification"]:
         v = f["verification"]
-        verified += f" ({v['examples']} examples, seed {v['seed']}"
+        verified += f" ({plural(v['examples'] or 0, 'example')}, seed {v['seed']}"
         verified += f"; re-checked, seed {v['recheck_seed']})" if v.get("recheck_seed") \
             is not None else ")"
     status = f["status"] + (f" (stopped by {f['stopped_by']})" if f["stopped_by"] else "")
@@ -136,12 +143,23 @@ def headline(f: dict) -> list[tuple[str, str]]:
                      f"{format_share(f['roofline_share'])} of it (baseline "
                      f"{format_share(f['baseline_roofline_share'])})"),
         ("verified", verified),
-        ("LLM", f"{f['tokens']} tokens, {format_usd(f['cost_usd'])}"),
+        ("LLM", llm_summary(f)),
     ]
     if f.get("bound_cycles"):
         rows.insert(5, ("bound", f"{f['bound_cycles']} cycles: best is at "
                                  f"{format_share(f['bound_share'])} of it"))
     return rows
+
+
+def llm_configured(f: dict) -> bool:
+    return bool(f.get("llm_model") or f["tokens"] or f["cost_usd"])
+
+
+def llm_summary(f: dict) -> str:
+    """Tokens and dollars, or that the run had no LLM (not a misleading $0.0000)."""
+    if not llm_configured(f):
+        return "none configured (built-in proposers only)"
+    return f"{plural(f['tokens'], 'token')}, {format_usd(f['cost_usd'])}"
 
 
 # ---------------------------------------------------------------------------------
@@ -170,11 +188,12 @@ def _read_text(path: Path) -> str:
                             ) from None
 
 
-def _read_events(path: Path, notes: list[str]) -> dict:
+def _read_events(path: Path, notes: list[str], start_cycles: int) -> dict:
     """Stream events.jsonl into totals; keep only what the charts need per event."""
     from stochopt.search.chain import OUTCOMES
+    credit = PathCredit(start_cycles)
     per = {"proposals": 0, "accepted": 0, "tokens": 0, "cost_usd": 0.0, "last_t": 0.0,
-           "outcomes": dict.fromkeys(OUTCOMES, 0), "by_proposer": {}, "bests": [],
+           "outcomes": dict.fromkeys(OUTCOMES, 0), "by_proposer": {}, "steps": credit.steps,
            "times": array("d"), "taken": array("b")}
     skipped = 0
     try:
@@ -205,10 +224,10 @@ def _read_events(path: Path, notes: list[str]) -> dict:
             p["accepted"] += taken
             p["tokens"] += tokens
             p["cost_usd"] += usd
-            if outcome == "best" and e.get("cycles") is not None:
-                per["bests"].append({"t": t, "cycles": int(e["cycles"]),
-                                     "proposer": e.get("proposer", "?"),
-                                     "move": e.get("move"), "chain": e.get("chain")})
+            try:
+                credit.add(e, t)
+            except (TypeError, ValueError):
+                skipped += 1  # a line that parsed but whose cycles are no number
     if skipped:
         notes.append(f"{skipped} line(s) of events.jsonl could not be read and were skipped "
                      "(a run killed while writing leaves its last line cut short)")
@@ -222,19 +241,38 @@ def _proposer_row() -> dict:
             "tokens": 0, "cost_usd": 0.0}
 
 
-def _machine(run: dict, notes: list[str]):
+def run_machine(run: dict):
+    """The machine a run searched on, rebuilt from its run.json."""
     from stochopt.backend.machine import PRESETS, machine_from_dict
 
     name = run.get("machine_name") or run["machine"].get("name")
     if name in PRESETS:
         return PRESETS[name]
+    data = {k: v for k, v in run["machine"].items() if k != "name"}
+    return machine_from_dict({**data, "name": name}, name)
+
+
+def _machine(run: dict, notes: list[str]):
     try:
-        data = {k: v for k, v in run["machine"].items() if k != "name"}
-        return machine_from_dict({**data, "name": name}, name)
+        return run_machine(run)
     except (StochoptError, TypeError, KeyError) as e:
+        name = run.get("machine_name") or run["machine"].get("name")
         notes.append(f"cannot rebuild machine {name} from run.json ({e}); "
                      "profiles come from best.json")
         return None
+
+
+def _parse_error(text: str, machine) -> str | None:
+    """Why a kernel file does not parse as LEIR, or None when it does."""
+    from stochopt.leir.parser import parse
+
+    if machine is None:  # the machine could not be rebuilt: nothing to parse against
+        return None
+    try:
+        parse(text, machine)
+    except StochoptError as e:
+        return str(e)
+    return None
 
 
 def _profile(text: str, machine, stored: dict | None, cycles: int | None,
@@ -245,9 +283,15 @@ def _profile(text: str, machine, stored: dict | None, cycles: int | None,
 
     if machine is not None:
         try:
-            return cost(parse(text, machine), machine).to_json()
+            kernel = parse(text, machine)
+            profile = cost(kernel, machine).to_json()
         except StochoptError as e:
             notes.append(f"cannot cost {what} ({e})")
+        else:
+            # the line of each op in the kernel file, as the page and terminal number it
+            for op in profile["ops"]:
+                op["line"] = kernel.nodes[op["index"]].line
+            return profile
     if stored and stored.get("ops"):
         return stored
     if cycles is None:
@@ -267,10 +311,16 @@ def _start_cycles(run: dict, machine, baseline_cycles: int) -> int:
         return baseline_cycles
 
 
-def _verification(best_text: str, best_json: dict, notes: list[str]) -> dict:
+def _verification(best_text: str, best_json: dict, notes: list[str],
+                  parse_error: str | None) -> dict:
     """Whether best.leir is verified, and how hard it was checked."""
     from stochopt.verify.check import sha256_text
 
+    if parse_error is not None:
+        # the search only ever writes kernels that parse: this file was changed since
+        notes.append(f"best.leir is not a valid kernel ({parse_error}): it was changed "
+                     "after the run wrote it, so it is not verified")
+        return {"verified": False, "verification": None}
     cert = best_json.get("certificate") or {}
     if not best_json:
         notes.append("best.json is missing or unreadable: the check details of best.leir "
@@ -307,22 +357,18 @@ def _count_files(path: Path) -> int:
 # ---------------------------------------------------------------------------------
 
 def _attribute(events: dict, arms: list[str], start_cycles: int) -> tuple[list, dict]:
-    """The steps of the global best in time order; each step's decrease in cycles is
-    credited to the proposer of the candidate that made it. A chain's 'best' that did not
-    beat the global best (another chain was ahead) is no step."""
+    """The steps of the global best in time order, and each proposer's credit: its share
+    of every step's saving along the path the chain took there (see credit.py). A
+    chain's 'best' that did not beat the global best (another chain was ahead) is no
+    step."""
     proposers = {a: _proposer_row() for a in arms}
     proposers.update(events["by_proposer"])
-    steps, running = [], start_cycles
-    for b in sorted(events["bests"], key=lambda b: b["t"]):
-        if b["cycles"] >= running:
-            continue
-        saved = running - b["cycles"]
-        running = b["cycles"]
-        steps.append({**b, "saved": saved})
-        row = proposers.setdefault(b["proposer"], _proposer_row())
-        row["improvements"] += 1
-        row["cycles_saved"] += saved
-    total = start_cycles - running
+    steps = sorted(events["steps"], key=lambda s: s["t"])
+    for step in steps:
+        proposers.setdefault(step["proposer"], _proposer_row())["improvements"] += 1
+        for name, cycles in step["credit"].items():
+            proposers.setdefault(name, _proposer_row())["cycles_saved"] += cycles
+    total = start_cycles - min([start_cycles] + [s["cycles"] for s in steps])
     for row in proposers.values():
         row["improvement_share"] = round(row["cycles_saved"] / total, 4) if total else 0.0
         row["cost_usd"] = round(row["cost_usd"], 6)

@@ -8,7 +8,16 @@ import re
 import time
 
 from stochopt.report.charts import OUTCOME_COLORS, RESOURCE_COLORS, all_charts
-from stochopt.report.facts import format_seconds, format_share, format_speedup, format_usd, headline
+from stochopt.report.facts import (
+    format_seconds,
+    format_share,
+    format_speedup,
+    format_usd,
+    headline,
+    llm_configured,
+)
+from stochopt.report.terminal import credit_text, op_label
+from stochopt.report.words import plural
 
 
 def render_html(facts: dict) -> str:
@@ -71,12 +80,14 @@ def _cards(f: dict) -> str:
         *([("of bound", format_share(f["bound_share"]), f"bound {f['bound_cycles']} cycles")]
           if f.get("bound_cycles") else []),
         ("verified", "yes" if f["verified"] else "NO",
-         f"{f['verification']['examples']} examples" if f["verification"] else "best.leir"),
+         plural(f["verification"]["examples"] or 0, "example") if f["verification"]
+         else "best.leir"),
         ("candidates", str(f["proposals"]),
          f"{f['accepted']} accepted ({format_share(f['acceptance'])})"),
         ("time", format_seconds(f["elapsed_s"]),
          f"of {format_seconds(f['budget_s'])} ({format_share(f['budget_used'])})"),
-        ("LLM", format_usd(f["cost_usd"]), f"{f['tokens']} tokens"),
+        ("LLM", format_usd(f["cost_usd"]), plural(f["tokens"], "token"))
+        if llm_configured(f) else ("LLM", "none", "built-in proposers only"),
     ]
     out = []
     for label, value, sub in cards:
@@ -103,7 +114,9 @@ def _section(title: str, content: str) -> str:
 
 
 def _figure(svg: str, caption: str) -> str:
-    return f"<figure>{svg}<figcaption>{caption}</figcaption></figure>"
+    # the chart keeps a legible size on a phone and scrolls sideways in its own box
+    return (f"<figure><div class='chart-box'>{svg}</div><figcaption>{caption}</figcaption>"
+            "</figure>")
 
 
 def _key_values(rows: list[tuple[str, str]]) -> str:
@@ -119,13 +132,16 @@ def _notes(f: dict) -> str:
 def _improvements_table(f: dict) -> str:
     if not f["improvements"]:
         return "<p class='muted'>No improvement over the starting kernel yet.</p>"
-    head = "".join(f"<th{' class=text' if c in ('proposer', 'move') else ''}>{c}</th>"
-                   for c in ("t", "cycles", "saved", "speedup", "proposer", "move", "chain"))
+    text_columns = ("proposer", "move", "credited to")
+    head = "".join(f"<th{' class=text' if c in text_columns else ''}>{c}</th>"
+                   for c in ("t", "cycles", "saved", "speedup", "proposer", "move", "chain",
+                             "credited to"))
     rows = "".join(
         f"<tr><td>{s['t']:.1f}s</td><td>{s['cycles']}</td><td>{s['saved']}</td>"
         f"<td>{format_speedup(f['baseline_cycles'] / s['cycles'])}</td>"
         f"<td class='text'>{html.escape(s['proposer'])}</td><td class='text'><code>"
-        f"{html.escape(str(s['move']))}</code></td><td>{s['chain']}</td></tr>"
+        f"{html.escape(str(s['move']))}</code></td><td>{s['chain']}</td>"
+        f"<td class='text'>{html.escape(credit_text(s))}</td></tr>"
         for s in f["improvements"])
     return (f"<div class='wide'><table class='num'><thead><tr>{head}</tr></thead>"
             f"<tbody>{rows}</tbody></table></div>")
@@ -133,7 +149,7 @@ def _improvements_table(f: dict) -> str:
 
 def _proposer_table(f: dict) -> str:
     outcomes = list(f["outcomes"])
-    llm = bool(f["tokens"] or f["cost_usd"])
+    llm = llm_configured(f)
     cols = ["proposer", "proposals"] + outcomes + ["improve&shy;ments", "cycles saved",
                                                    "share of saving"]
     cols += ["tokens", "cost"] if llm else []
@@ -172,19 +188,20 @@ def _profile_tables(f: dict) -> str:
             color = RESOURCE_COLORS.get(o["resource"], "#999")
             mark = "*" if o["index"] in critical else ""
             rows.append(
-                f"<tr><td>{mark}{o['index']}</td><td class='text'><code>{html.escape(o['op'])}"
+                f"<tr><td>{mark}{op_label(o)}</td><td class='text'><code>{html.escape(o['op'])}"
                 f"</code></td><td class='text'>{html.escape(o['name'])}</td><td class='text'>"
                 f"<span class='swatch' style='background:"
                 f"{color}'></span>{html.escape(o['resource'])}</td><td>{o['start']}</td>"
                 f"<td>{o['end']}</td><td>{o['cycles']}</td><td>{o['bytes']}</td></tr>")
         head = "".join(f"<th{' class=text' if c in ('op', 'name', 'resource') else ''}>{c}</th>"
-                       for c in ("#", "op", "name", "resource", "start", "end", "cycles",
+                       for c in ("line", "op", "name", "resource", "start", "end", "cycles",
                                  "bytes"))
         tables.append(f"<div class='wide'><h3>{title}: {p['cycles']} cycles</h3><table class='num'>"
                       f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody>"
                       "</table></div>")
-    return ("<div class='pair'>" + "".join(tables) + "</div><p class='muted'>* on the "
-            "critical path, the longest chain of dependent ops.</p>")
+    return ("<div class='pair'>" + "".join(tables) + "</div><p class='muted'>line: the op's "
+            "line in the kernel file (best.leir and baseline.leir, as numbered below); * on "
+            "the critical path, the longest chain of dependent ops.</p>")
 
 
 def _code(text: str) -> str:
@@ -222,9 +239,10 @@ header p { margin: 0 0 16px; font-size: 13px; }
          color: white; background: #6b7280; }
 .badge.finished { background: #2e9e5b; } .badge.running { background: #3a7bd5; }
 .badge.stopped { background: #d9822b; }
-.cards { display: grid; grid-template-columns: repeat(6, 1fr); gap: 10px; margin-bottom: 16px; }
-.card { background: white; border-radius: 8px; padding: 10px 12px;
-        box-shadow: 0 1px 2px rgba(0,0,0,.08); }
+.cards { display: grid; grid-template-columns: repeat(6, minmax(0, 1fr)); gap: 10px;
+         margin-bottom: 16px; }
+.card { background: white; border-radius: 8px; padding: 10px 12px; min-width: 0;
+        box-shadow: 0 1px 2px rgba(0,0,0,.08); overflow-wrap: anywhere; }
 .card .label { font-size: 12px; color: #6b7280; text-transform: uppercase; letter-spacing: .04em; }
 .card .value { font-size: 24px; font-weight: 600; margin: 2px 0; }
 .card .sub { font-size: 12px; color: #6b7280; }
@@ -233,7 +251,8 @@ section { background: white; border-radius: 8px; padding: 16px 18px; margin-bott
           box-shadow: 0 1px 2px rgba(0,0,0,.08); }
 figure { margin: 0 0 10px; }
 figcaption { font-size: 12.5px; color: #4b5563; margin-top: 4px; }
-svg.chart { width: 100%; height: auto; display: block; }
+.chart-box { overflow-x: auto; }
+svg.chart { width: 100%; min-width: 760px; height: auto; display: block; }
 table { border-collapse: collapse; font-size: 13px; }
 th, td { padding: 3px 10px 3px 0; text-align: left; }
 thead th { border-bottom: 1px solid #d1d5db; font-weight: 600; white-space: nowrap; }
@@ -243,11 +262,13 @@ table.num td.text, table.num th.text { text-align: left; }
 td { white-space: nowrap; }
 .wide { overflow-x: auto; }
 table.wrap thead th { white-space: normal; vertical-align: bottom; }
-table.kv th { color: #4b5563; font-weight: 600; padding-right: 18px; }
+table.kv th { color: #4b5563; font-weight: 600; padding-right: 18px; vertical-align: top; }
+table.kv td { white-space: normal; overflow-wrap: anywhere; }
 tr.total td { border-top: 1px solid #d1d5db; font-weight: 600; }
 .swatch { display: inline-block; width: 9px; height: 9px; border-radius: 2px;
           margin-right: 4px; vertical-align: baseline; }
-.pair { display: grid; grid-template-columns: 1fr 1fr; gap: 24px; }
+/* one table per row: two side by side would not fit their 8 columns in 1100 px */
+.pair { display: grid; grid-template-columns: minmax(0, 1fr); gap: 8px; }
 .note { background: #fff7e0; border-left: 3px solid #e0b040; padding: 6px 10px; margin: 8px 0 0; }
 pre, .code pre { font: 12.5px/1.5 "DejaVu Sans Mono", Menlo, Consolas, monospace;
                  background: #fafafa; border: 1px solid #e5e7eb; border-radius: 6px;
@@ -256,8 +277,12 @@ pre, .code pre { font: 12.5px/1.5 "DejaVu Sans Mono", Menlo, Consolas, monospace
 .diff .del { background: #fdecec; color: #9b1c1c; display: inline-block; width: 100%; }
 .diff .hunk { color: #2563eb; } .diff .head { font-weight: 600; }
 footer { color: #9ca3af; font-size: 12px; text-align: center; }
-@media (max-width: 800px) { .cards { grid-template-columns: repeat(2, 1fr); }
-                            .pair { grid-template-columns: 1fr; } }
+header h1, header p { overflow-wrap: anywhere; }
+@media (max-width: 1000px) { .cards { grid-template-columns: repeat(3, minmax(0, 1fr)); } }
+@media (max-width: 600px) { main { padding: 12px 10px 24px; }
+                            section { padding: 12px 10px; }
+                            .cards { grid-template-columns: repeat(2, minmax(0, 1fr)); }
+                            .card .value { font-size: 20px; } }
 """
 
 

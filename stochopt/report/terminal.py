@@ -11,20 +11,30 @@ from rich.table import Table
 from rich.text import Text
 
 from stochopt.backend.cost import Profile
-from stochopt.report.facts import format_seconds, format_share, format_speedup, format_usd, headline
+from stochopt.report.facts import (
+    format_seconds,
+    format_share,
+    format_speedup,
+    format_usd,
+    headline,
+    llm_configured,
+)
+from stochopt.report.words import plural
 
 
-def profile_table(profile: Profile, title: str = "profile") -> Table:
-    """One row per op that does work (inputs and free relabellings left out); the
-    critical path is marked * and bold."""
+def profile_table(profile: Profile, kernel=None, title: str = "profile") -> Table:
+    """One row per op that does work (inputs and free relabellings left out), numbered
+    by its line in the kernel file when the kernel is given; the critical path is
+    marked * and bold."""
     table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     critical = set(profile.critical_path)
-    rows = [[f"{'*' if o.index in critical else ''}{o.index}", o.op, o.name, o.resource,
+    rows = [[f"{'*' if o.index in critical else ''}{_line_of(o.index, kernel)}", o.op,
+             o.name, o.resource,
              str(o.start), str(o.end), str(o.cycles), str(o.bytes), str(o.flops),
              str(o.units)]
             for o in profile.ops if o.op != "input" and o.resource is not None]
-    for j, col in enumerate(("#", "op", "name", "resource", "start", "end", "cycles",
-                             "bytes", "flops", "units")):
+    for j, col in enumerate(("line" if kernel is not None else "#", "op", "name", "resource",
+                             "start", "end", "cycles", "bytes", "flops", "units")):
         if col == "name":  # the only column that may wrap on a narrow terminal
             table.add_column(col, overflow="fold", min_width=4)
             continue
@@ -36,6 +46,18 @@ def profile_table(profile: Profile, title: str = "profile") -> Table:
     table.caption = (f"* critical path: {profile.critical_path_cycles} cycles of dependent "
                      f"work; makespan {profile.cycles}")
     return table
+
+
+def _line_of(index: int, kernel) -> str:
+    """The op's line in the kernel file (ops unrolled from one loop share it)."""
+    if kernel is None or kernel.nodes[index].line is None:
+        return str(index)
+    return str(kernel.nodes[index].line)
+
+
+def op_label(op: dict) -> str:
+    """An op of a stored profile as the report numbers it: its kernel line."""
+    return str(op.get("line") or op["index"])
 
 
 def resource_table(profile: Profile) -> Table:
@@ -109,7 +131,7 @@ def proposer_table(facts: dict, width: int = 100) -> Table:
     """Outcomes by proposer, and each proposer's share of the cycles the search saved.
     Dollars only when an LLM was used; cycles saved and tokens only when they fit in
     ``width`` (the summary has the total tokens)."""
-    llm = bool(facts["tokens"] or facts["cost_usd"])
+    llm = llm_configured(facts)
     columns = [("proposals", True, lambda p: str(p["proposals"]))]
     columns += [(o.replace("_", "\n"), True, lambda p, o=o: str(p["outcomes"].get(o, 0)))
                 for o in facts["outcomes"]]  # the search's outcomes, in their order
@@ -193,16 +215,25 @@ def improvements_table(facts: dict, last: int = 12) -> Table:
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False,
                   caption=f"{len(steps) - last} earlier steps not shown"
                   if len(steps) > last else None)
-    for col in ("t", "cycles", "saved", "speedup", "proposer", "move", "chain"):
-        table.add_column(col, justify="left" if col in ("proposer", "move") else "right")
+    for col in ("t", "cycles", "saved", "speedup", "proposer", "move", "chain", "credited to"):
+        table.add_column(col, justify="left" if col in ("proposer", "move", "credited to")
+                         else "right")
     base = facts["baseline_cycles"]
     for s in steps[-last:]:
         table.add_row(f"{s['t']:.1f}s", str(s["cycles"]), str(s["saved"]),
                       format_speedup(base / s["cycles"]), s["proposer"], str(s["move"]),
-                      str(s["chain"]))
+                      str(s["chain"]), credit_text(s))
     if not steps:
-        table.add_row("", "", "", "", "no improvement yet", "", "")
+        table.add_row("", "", "", "", "no improvement yet", "", "", "")
     return table
+
+
+def credit_text(step: dict) -> str:
+    """Who a step's saving is credited to along its chain's path: 'mutate 4652,
+    rewrite 100 (over 2 moves)'."""
+    credit = ", ".join(f"{name} {cycles}" for name, cycles in step.get("credit", {}).items())
+    moves = step.get("path_moves", 1)
+    return credit + (f" (over {plural(moves, 'move')})" if moves > 1 else "")
 
 
 def compact_profile_table(profile: dict, title: str, scale: int, bar: int = 24) -> Table:
@@ -210,8 +241,8 @@ def compact_profile_table(profile: dict, title: str, scale: int, bar: int = 24) 
     two kernels' strips compare; critical-path ops are bold."""
     table = Table(title=f"{title}: {profile['cycles']} cycles", box=box.SIMPLE_HEAD,
                   pad_edge=False, title_justify="left", title_style="bold")
-    for col in ("#", "op", "name", "resource", "cycles", "when"):
-        table.add_column(col, justify="right" if col in ("#", "cycles") else "left",
+    for col in ("line", "op", "name", "resource", "cycles", "when"):
+        table.add_column(col, justify="right" if col in ("line", "cycles") else "left",
                          no_wrap=col != "name")
     critical = set(profile.get("critical_path", []))
     for o in profile["ops"]:
@@ -221,7 +252,7 @@ def compact_profile_table(profile: dict, title: str, scale: int, bar: int = 24) 
         hi = max(lo + 1, -(-bar * o["end"] // scale)) if scale else 1
         strip = Text(" " * lo + "█" * (hi - lo) + " " * max(0, bar - hi),
                      style=RESOURCE_STYLES.get(o["resource"].split("+")[0], "white"))
-        table.add_row(f"{'*' if o['index'] in critical else ''}{o['index']}", o["op"],
+        table.add_row(f"{'*' if o['index'] in critical else ''}{op_label(o)}", o["op"],
                       o["name"], o["resource"], str(o["cycles"]), strip,
                       style="bold" if o["index"] in critical else None)
     return table
@@ -232,7 +263,8 @@ def profiles_side_by_side(facts: dict, width: int = 100):
     scale = max(base["cycles"], best["cycles"], 1)
     tables = [compact_profile_table(base, "baseline", scale),
               compact_profile_table(best, "best", scale)]
-    caption = Text("* critical path; strips share one time scale "
+    caption = Text("line: the op's line in the kernel file; * critical path; strips share "
+                   "one time scale "
                    f"(0 to {scale} cycles)", style="dim")
     if width < 150:
         return Group(*tables, caption)

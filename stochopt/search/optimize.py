@@ -36,10 +36,12 @@ def optimize(spec_path: str | None = None, *, budget: str | float = "10m",
              init: str | None = None, machine: str = "mncore2", run_dir: str | None = None,
              resume: str | None = None, max_proposals: int | None = None,
              max_cost: float | None = None, name: str | None = None, llm: dict | None = None,
-             progress=None, config: ChainConfig | None = None) -> RunResult:
+             progress=None, config: ChainConfig | None = None,
+             settings: dict | None = None) -> RunResult:
     """Search for a faster kernel for a spec; return what was found (see RunResult).
 
-    ``progress`` is called with a stats dict a few times a second (the CLI draws it)."""
+    ``progress`` is called with a stats dict a few times a second (the CLI draws it);
+    ``settings`` (each flag's value and where it came from) is recorded in run.json."""
     if resume is not None:
         return _resume(Path(resume), budget_override=None, progress=progress)
     if spec_path is None:
@@ -68,7 +70,7 @@ def optimize(spec_path: str | None = None, *, budget: str | float = "10m",
     rd = new_run_dir(spec.name, name=run_dir)
     copy_spec(spec_path, rd)
     config = config or ChainConfig()
-    baseline_text, start_text = render(baseline), render(start)
+    baseline_text, start_text = render(baseline, m), render(start, m)
     roof, bound = _roofline(spec, m, baseline)
     run = {"spec": spec.name, "spec_path": str(Path(spec_path).resolve()), "name": name,
            "machine": m.summary(), "machine_name": m.name, "budget_s": budget_s,
@@ -77,7 +79,7 @@ def optimize(spec_path: str | None = None, *, budget: str | float = "10m",
            "config": vars(config), "llm": _public_llm(llm), "roofline_cycles": roof,
            "bound_cycles": bound,
            "baseline_cycles": cost(baseline, m).cycles, "started": time.time(),
-           "versions": _versions(), "host": platform.node()}
+           "versions": _versions(), "host": platform.node(), "settings": settings}
     write_json(rd / "run.json", run)
     atomic_write(rd / "baseline.leir", baseline_text)
     _write_best(rd, start, spec, verdict, m, source="start")
@@ -144,7 +146,7 @@ def _write_best(rd: Path, kernel, spec, verdict, machine, source: str, t: float 
     if recheck is not None:
         facts["recheck"] = recheck
     write_json(rd / "best.json", facts)
-    atomic_write(rd / "best.leir", render(kernel))
+    atomic_write(rd / "best.leir", render(kernel, machine))
 
 
 def _as_verdict(v):
@@ -161,7 +163,9 @@ def _resume(rd: Path, budget_override, progress) -> RunResult:
     run = read_json(rd / "run.json")
     state = load_checkpoint(rd)
     if state.get("finished"):
-        raise StochoptError(f"run {rd} already finished", hint="start a new run")
+        raise StochoptError(f"run {rd} already finished: it has nothing left to resume",
+                            hint="start a new run from its best kernel: stochopt optimize "
+                            f"{rd / 'spec.py'} --init {rd / 'best.leir'} --budget 10m")
     if state["elapsed_s"] >= run["budget_s"]:
         raise StochoptError(f"run {rd} has no budget left")
     return _drive(rd, run, state, (rd / "best.leir").read_text(),

@@ -54,6 +54,9 @@ def new_run_dir(spec_name: str, root: str | Path = "runs", name: str | None = No
     """runs/<spec>-<YYYYmmdd-HHMMSS>/ (or the directory named by --run-dir)."""
     if name is not None:
         path = Path(name)
+        if path.exists() and not path.is_dir():
+            raise StochoptError(f"run directory {path} is a file, not a directory",
+                                hint="choose another --run-dir")
         if path.exists() and any(path.iterdir()):
             raise StochoptError(f"run directory {path} exists and is not empty",
                                 hint="choose another --run-dir, or --resume it")

@@ -371,7 +371,7 @@ def certificate(kernel: Kernel, spec: Spec, verdict: Verdict, machine=None) -> d
     machine = load_machine(machine)
     return {
         "spec": spec.name, "spec_sha256": sha256_text(spec.source),
-        "kernel_sha256": sha256_text(render(kernel)), "machine": machine.name,
+        "kernel_sha256": sha256_text(render(kernel, machine)), "machine": machine.name,
         "equivalent": verdict.equivalent, "seed": verdict.seed, "examples": verdict.examples,
         "max_semantic_error": _finite(verdict.max_semantic_error),
         "max_precision_error": _finite(verdict.max_precision_error),

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import subprocess
 import sys
 
 from click.testing import CliRunner
 
+from stochopt.backend.machine import load_machine
 from stochopt.cli import main
 from stochopt.leir import parse, render
 from stochopt.lower import lower
@@ -49,7 +52,13 @@ def test_lower_dash_o_writes_the_file(tmp_path):
     assert result.exit_code == 0, result.output
     assert result.stdout == ""
     assert f"wrote {out}" in result.stderr
-    assert out.read_text() == render(lower(load_spec(SOFTMAX)))
+    # the file records its machine, and its spec relative to itself (so it resolves
+    # from any folder): otherwise it is the kernel render() writes
+    kernel = lower(load_spec(SOFTMAX))
+    relative = os.path.relpath(SOFTMAX, tmp_path)
+    assert out.read_text() == render(dataclasses.replace(kernel, spec_path=relative),
+                                     load_machine("mncore2"))
+    assert out.read_text().splitlines()[:2] == [f"# spec: {relative}", "# machine: mncore2"]
 
 
 def test_lower_name_chooses_a_spec_and_without_it_is_an_error(write_spec):
@@ -107,7 +116,7 @@ def test_lower_error_keeps_the_square_brackets_of_the_spec_line(write_spec):
 def test_specs_json_lists_every_bundled_spec():
     result = _run("specs", "--json")
     assert result.exit_code == 0, result.output
-    rows = json.loads(result.stdout)
+    rows = json.loads(result.stdout)["specs"]
     assert [r["name"] for r in rows] == [p.stem for p in bundled_spec_paths()]
     for r in rows:
         assert set(r) >= {"name", "path", "shapes", "doc", "flops", "bytes", "roofline_cycles",

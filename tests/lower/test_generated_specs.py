@@ -1,7 +1,7 @@
-"""Property: any spec hypothesis writes from DESIGN.md's numpy subset (random shapes, including
-prime and 1-sized axes, and random chains of elementwise ops, broadcasting, masks,
-reductions, transposes, slices and concatenations) lowers, fits, and matches its
-reference."""
+"""Property: any spec hypothesis writes from the lowering's numpy subset (docs/specs.md;
+random shapes, including prime and 1-sized axes, and random chains of elementwise ops,
+broadcasting, masks, reductions, transposes, slices and concatenations) lowers, fits, and
+matches its reference."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Specs the lowering has never seen, written only within DESIGN.md's numpy subset: each
-must lower, round-trip, fit in PE memory, and match its float64 reference (native within
-tolerance, exact to ~1e-9)."""
+"""Specs the lowering has never seen, written only within the lowering's numpy subset
+(docs/specs.md): each must lower, round-trip, fit in PE memory, and match its float64
+reference (native within tolerance, exact to ~1e-9)."""
 
 from __future__ import annotations
 

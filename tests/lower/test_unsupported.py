@@ -1,5 +1,6 @@
-"""numpy outside DESIGN.md's subset, and specs that are wrong as numpy, stop the lowering
-with an error that names the construct, the spec file and line, and what to do instead."""
+"""numpy outside the lowering's subset (docs/specs.md), and specs that are wrong as numpy,
+stop the lowering with an error that names the construct, the spec file and line, and what
+to do instead."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ import pytest
 
 from stochopt.errors import StochoptError
 from stochopt.report.facts import run_facts, to_json
+from tests.report.conftest import _event as _event_
 
 
 def test_totals_count_every_event_and_accepted_counts_moves_the_chain_took(make_run):
@@ -23,19 +24,54 @@ def test_totals_count_every_event_and_accepted_counts_moves_the_chain_took(make_
     assert f["proposers"]["llm"]["tokens"] == 2000
 
 
-def test_each_step_of_the_best_is_credited_to_its_proposer(make_run, best_cycles):
+def test_each_step_of_the_best_is_credited_along_the_path_its_chain_took(make_run,
+                                                                         best_cycles):
     f = run_facts(make_run())
     steps = [(s["proposer"], s["cycles"], s["saved"]) for s in f["improvements"]]
     # chain 1's best of 5200 came after chain 0 reached 5000: not a step
     assert steps == [("rewrite", 5000, 2652), ("llm", 3000, 2000),
                      ("mutate", best_cycles, 3000 - best_cycles)]
+    # step 1: chain 0 went 7652 -> 7600 (mutate, accepted) -> 5000 (rewrite)
+    # step 2: chain 1 went 7652 -> 5200 (mutate, its own best) -> 3000 (llm); the 2000
+    #         cycles saved are shared 2452 : 2200 between the two moves
+    # step 3: chain 0 went 5000 -> 3100 (mutate, accepted) -> best (mutate)
+    assert [s["credit"] for s in f["improvements"]] == [
+        {"rewrite": 2600, "mutate": 52}, {"mutate": 1054, "llm": 946},
+        {"mutate": 3000 - best_cycles}]
+    assert [s["path_moves"] for s in f["improvements"]] == [2, 2, 2]
     total = 7652 - best_cycles
     p = f["proposers"]
-    assert p["rewrite"]["improvement_share"] == round(2652 / total, 4)
-    assert p["llm"]["improvement_share"] == round(2000 / total, 4)
+    assert p["rewrite"]["cycles_saved"] == 2600
+    assert p["llm"]["cycles_saved"] == 946
+    assert p["rewrite"]["improvement_share"] == round(2600 / total, 4)
     assert p["mutate"]["improvements"] == 1  # two 'best' outcomes, one step
     assert p["mutate"]["outcomes"]["best"] == 2
     assert sum(r["cycles_saved"] for r in p.values()) == total
+
+
+def test_a_saving_made_by_an_accepted_move_is_credited_to_that_move(make_run):
+    """The case the old credit got wrong: a mutation drops most of the work in an
+    accepted move (not yet a best: the screening let it through, the full check comes
+    at the next best), and a small rewrite crosses the line."""
+    events = [_event_(1.0, 0, "mutate", "accepted", 3000, move="delete reduce_max"),
+              _event_(2.0, 0, "rewrite", "best", 2900, move="fuse")]
+    f = run_facts(make_run(events=events))
+    (step,) = f["improvements"]
+    assert step["saved"] == 7652 - 2900
+    assert step["credit"] == {"mutate": 4652, "rewrite": 100}
+    assert step["largest_moves"][0] == {"proposer": "mutate", "move": "delete reduce_max",
+                                        "saved": 4652}
+    assert f["proposers"]["mutate"]["improvement_share"] > 0.97
+
+
+def test_a_chain_moved_to_the_global_best_starts_its_path_there(make_run):
+    events = [_event_(1.0, 0, "rewrite", "best", 5000),
+              _event_(1.5, 1, "mutate", "accepted", 6000),
+              {**_event_(2.0, 1, "mutate", "rejected", 9000), "restarted_from_best": True},
+              _event_(3.0, 1, "llm", "best", 4000)]
+    f = run_facts(make_run(events=events))
+    # chain 1's accepted 6000 was left behind when it restarted from the 5000 of chain 0
+    assert f["improvements"][1]["credit"] == {"llm": 1000}
 
 
 def test_headline_numbers_come_from_best_leir_and_run_json(make_run, best_cycles):

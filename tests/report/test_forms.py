@@ -182,3 +182,64 @@ def test_report_of_a_folder_that_is_no_run_exits_2(tmp_path):
     out = CliRunner().invoke(main, ["report", str(tmp_path)])
     assert out.exit_code == 2
     assert "not a run directory" in " ".join(out.output.split())
+
+
+# ---------------------------------------------------------------------------------
+# what a new user tripped on
+# ---------------------------------------------------------------------------------
+
+def test_a_run_without_an_llm_says_none_not_zero_dollars(make_run, tmp_path):
+    f = run_facts(make_run(events=[], llm=None))
+    assert dict(headline_rows(f))["LLM"] == "none configured (built-in proposers only)"
+    page = render_html(f)
+    assert "$0.0000" not in page and "built-in proposers only" in page
+    assert "$0.0000" not in terminal_text(f)
+
+
+def headline_rows(f: dict) -> list[tuple[str, str]]:
+    from stochopt.report.facts import headline
+    return headline(f)
+
+
+def test_counts_of_one_are_singular(make_run):
+    from stochopt.report.charts import outcomes_svg
+    from tests.report.conftest import _event
+
+    f = run_facts(make_run(events=[_event(1.0, 0, "mutate", "rejected", 9000)]))
+    svg = outcomes_svg(f)
+    assert "(1 proposal)" in svg and "1 proposals" not in svg
+
+
+def test_a_garbage_best_leir_is_not_verified(make_run, tmp_path):
+    rd = make_run()
+    (rd / "best.leir").write_text("this is not a kernel\n")
+    f = run_facts(rd)
+    assert f["verified"] is False
+    assert any("best.leir is not a valid kernel" in n for n in f["notes"])
+    out = CliRunner().invoke(main, ["report", str(rd)])
+    assert out.exit_code == 0
+    assert re.search(r"verified\s+NO", out.stdout)
+
+
+def test_profile_rows_are_numbered_by_their_kernel_line(make_run, tmp_path):
+    """The listing numbers the kernel's lines; the profile tables use the same numbers."""
+    f = run_facts(make_run())
+    best_lines = f["kernels"]["best"].splitlines()
+    for op in f["profiles"]["best"]["ops"]:
+        if op["op"] != "input":
+            line = best_lines[op["line"] - 1].strip()
+            assert line.startswith((f"{op['name']} = ", "return ")), (op, line)
+    page = render_html(f)
+    assert html_rows(page)["line"][:2] == ["op", "name"]
+    assert re.search(r"<td>\*?8</td><td class='text'><code>reciprocal", page)
+
+
+def test_run_profile_numbers_ops_by_their_kernel_line(tmp_path):
+    from tests.report.conftest import BEST
+    kernel = tmp_path / "best.leir"
+    kernel.write_text(BEST)
+    out = CliRunner().invoke(main, ["run", str(kernel), "--profile"])
+    assert out.exit_code == 0, out.output
+    rows = [line.split() for line in out.stdout.splitlines()]
+    recip = next(r for r in rows if "reciprocal" in r)
+    assert recip[0].lstrip("*") == "8"  # line 8 of BEST: v4_1 = reciprocal(v5)
