@@ -238,6 +238,9 @@ def _print_verdict(kernel_path: str, spec, verdict) -> None:
               "(default runs/<spec>-<time>).")
 @click.option("--resume", default=None, type=click.Path(file_okay=False),
               help="Continue a stopped run with the budget it has left.")
+@click.option("--check-workers", default=None, type=click.IntRange(0, 64),
+              help="Processes that run full checks beside the chains (default: one per two "
+              "chains); 0 runs them on the chains' path (reproducible with --chains 1).")
 @click.option("--max-proposals", default=None, type=click.IntRange(min=1))
 @click.option("--max-cost", default=None, type=click.FloatRange(min=0, min_open=True),
               help="Stop when the LLM has cost this many dollars.")
@@ -269,7 +272,7 @@ def _print_verdict(kernel_path: str, spec, verdict) -> None:
               help="Replay identical prompts from this folder (and fill it).")
 @machine_option
 def optimize(spec_path, budget, proposer, chains, seed, init, name, run_dir, resume,
-             max_proposals, max_cost, quiet, machine, **llm) -> None:
+             check_workers, max_proposals, max_cost, quiet, machine, **llm) -> None:
     """Search for a faster kernel equivalent to a spec."""
     import os
 
@@ -311,12 +314,21 @@ def optimize(spec_path, budget, proposer, chains, seed, init, name, run_dir, res
         result = run_optimize(spec_path, budget=budget, proposer=proposer, chains=chains,
                               seed=seed, init=init, machine=machine, run_dir=run_dir,
                               resume=resume, max_proposals=max_proposals, max_cost=max_cost,
-                              name=name, progress=progress, llm=llm if llm["model"] else None)
+                              name=name, progress=progress, llm=llm if llm["model"] else None,
+                              check_workers=check_workers)
+    except KeyboardInterrupt as e:  # Ctrl-C before the chains started: nothing searched
+        where = getattr(e, "run_dir", None)
+        err_console.print("interrupted during the setup" + (
+            f"; continue it with: stochopt optimize --resume {where}" if where else ""),
+            highlight=False)
+        sys.exit(130)
     finally:
         if live is not None:
             live.stop()
     for line in summary_lines(result):
         console.print(line, highlight=False)
+    if result.signal is not None:  # a script must tell an interrupted run from a finished one
+        sys.exit(128 + result.signal)
 
 
 @main.command()

@@ -84,7 +84,17 @@ def optimize(spec_path: str | None = None, *, budget: str | float = "10m",
     except StochoptError:
         _remove_run_dir(rd, keep_dir=existed)  # nothing was searched: leave nothing behind
         raise
+    except KeyboardInterrupt:
+        raise SetupInterrupted(rd) from None
     return supervise(rd, run, state, start_text, baseline_text, llm, progress)
+
+
+class SetupInterrupted(KeyboardInterrupt):
+    """Ctrl-C while the run was being set up: its directory is there to resume."""
+
+    def __init__(self, run_dir: Path) -> None:
+        super().__init__(str(run_dir))
+        self.run_dir = run_dir
 
 
 def _setup(rd: Path, run: dict, spec, m, started: float) -> tuple[dict, str, str]:
