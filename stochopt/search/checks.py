@@ -21,6 +21,7 @@ faster than the one being checked: a proved faster kernel makes it moot.
 from __future__ import annotations
 
 import heapq
+import math
 import os
 import queue
 import signal
@@ -82,19 +83,34 @@ def check_worker(job: CheckerJob, inbox, outbox, stop) -> None:
         outbox.put(("check_done", job.index))
 
 
+class MovableDeadline:
+    """A check's deadline (time.monotonic) that a signal can bring forward. check()
+    compares ``time.monotonic() > deadline`` before each example; float's comparison
+    gives way to this object's reflected one. (Raising from the signal handler instead
+    is unsafe: a signal that lands in a gc callback has its exception swallowed.)"""
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+
+    def __lt__(self, now: float) -> bool:  # now > deadline
+        return now > self.at
+
+    def __gt__(self, now: float) -> bool:  # now < deadline
+        return now < self.at
+
+
 def _check_loop(job: CheckerJob, inbox, outbox, stop, parent) -> None:
     from stochopt.spec import load_spec
-    from stochopt.verify.check import CheckInterrupted, Verdict, check
+    from stochopt.verify.check import check
 
     machine = load_machine(job.machine)
     spec = load_spec(job.spec_path, job.spec_name)
     baseline = parse(job.baseline_text, machine)
-    deadline = time.monotonic() + (job.deadline - time.time())
-    busy = [False]
+    run_deadline = time.monotonic() + (job.deadline - time.time())
+    deadline = MovableDeadline(run_deadline)
 
     def give_way(signum, frame):  # the main process wants this worker for a candidate
-        if busy[0]:
-            raise CheckInterrupted
+        deadline.at = -math.inf
 
     signal.signal(signal.SIGUSR1, give_way)
     while not stop.is_set():
@@ -107,14 +123,9 @@ def _check_loop(job: CheckerJob, inbox, outbox, stop, parent) -> None:
         if item is None:
             return
         check_id, text, seed = item
-        busy[0] = True
-        try:
-            verdict = check(parse(text, machine), spec, examples=job.examples, seed=seed,
-                            machine=machine, baseline=baseline, deadline=deadline)
-        except CheckInterrupted:
-            verdict = Verdict(False, 0, seed, interrupted=True)
-        finally:
-            busy[0] = False
+        deadline.at = run_deadline  # a give-way signal between checks is stale: dropped
+        verdict = check(parse(text, machine), spec, examples=job.examples, seed=seed,
+                        machine=machine, baseline=baseline, deadline=deadline)
         path = None
         if verdict.counterexample is not None:
             path = verdict.counterexample.save(
@@ -189,16 +200,19 @@ class CheckPool:
             self.preempted.add(index)
             os.kill(self.procs[index].pid, signal.SIGUSR1)
 
-    def finish(self, worker: int, check_id: str) -> Pending | None:
-        """The candidate a verdict is about (None for a stale verdict)."""
+    def finish(self, worker: int, check_id: str, interrupted: bool) -> Pending | None:
+        """The candidate a verdict is about (None for a stale verdict, or for a check that
+        gave way: it waits again)."""
         pending = self.running.get(worker)
         if pending is None or pending.check_id != check_id:
             return None
         del self.running[worker]
         if worker in self.preempted:
             self.preempted.discard(worker)
-            self.add(pending)  # it gave way: its turn comes again when a worker is free
-            return None
+            if interrupted:  # else it finished before the signal came: keep its verdict
+                self.add(pending)
+                self.started.pop(worker, None)
+                return None
         self.longest_check_s = max(self.longest_check_s,
                                    time.time() - self.started.pop(worker))
         return pending

@@ -229,7 +229,7 @@ class _RunState:
 
     def _verdict(self, worker: int, check_id: str, facts: dict, interrupted: bool,
                  path: str | None) -> None:
-        pending = self.pool.finish(worker, check_id)
+        pending = self.pool.finish(worker, check_id, interrupted)
         if pending is None:
             return
         if check_id == START:
