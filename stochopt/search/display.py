@@ -20,10 +20,13 @@ def progress_view(s: dict) -> Group:
         "best ", (f"{s['best_cycles']}", "bold green"), f" cycles (baseline "
         f"{s['baseline_cycles']}, ", (f"{s['speedup']:.2f}x", "bold"),
         f", {100 * s['roofline_share']:.1f}% of roofline)")
+    if s.get("checking"):  # candidates waiting for (or under) their full check
+        best.append(f"   {s['checking']} waiting for the full check, the fastest "
+                    f"{s['fastest_found']} cycles")
     if s["tokens"]:
         best.append(f"   {s['tokens']} tokens, ${s['cost_usd']:.4f}")
     table = Table(box=None, pad_edge=False, show_header=True)
-    outcomes = ("parse_error", "invalid", "wrong", "rejected", "accepted", "best")
+    outcomes = ("parse_error", "invalid", "wrong", "rejected", "accepted", "best")  # live
     table.add_column("proposer")
     for o in outcomes:
         table.add_column(o, justify="right")

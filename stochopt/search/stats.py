@@ -25,7 +25,7 @@ class RunStats:
         self.bests: list[dict] = list(state.get("bests", []))  # the last verified bests
         self.notes: list[str] = []
         self.checking = 0      # candidates waiting for or under their full check
-        self.fastest_found: int | None = None  # fastest candidate found, proved or not
+        self.fastest_found: int | None = None  # the fastest of them
 
     def keep_best(self, text: str, cycles: int, verdict: dict, chain: int) -> None:
         """Remember a few verified bests: the final re-check falls back on them."""

@@ -174,7 +174,9 @@ class _RunState:
         self.pool.make_way()
         for moot in self.pool.dispatch(self.proved_cycles):
             self._settle(moot, "accepted", "a faster kernel was proved before its check")
-        self.stats.checking = len(self.pool.undecided())
+        undecided = self.pool.undecided()
+        self.stats.checking = len(undecided)
+        self.stats.fastest_found = undecided[0].cycles if undecided else None
 
     def _announce(self) -> None:
         """Tell every chain the best to beat: the fastest kernel proved or waiting (which
@@ -223,8 +225,6 @@ class _RunState:
             self._settle(pending, "accepted", "a kernel as fast was already found")
             return
         self.pool.add(pending)
-        self.stats.fastest_found = min(self.stats.fastest_found or pending.cycles,
-                                       pending.cycles)
         self._announce()
 
     def _verdict(self, worker: int, check_id: str, facts: dict, interrupted: bool,
