@@ -316,11 +316,11 @@ def optimize(spec_path, budget, proposer, chains, seed, init, name, run_dir, res
                               resume=resume, max_proposals=max_proposals, max_cost=max_cost,
                               name=name, progress=progress, llm=llm if llm["model"] else None,
                               check_workers=check_workers)
-    except KeyboardInterrupt as e:  # Ctrl-C before the chains started: nothing searched
-        where = getattr(e, "run_dir", None)
-        err_console.print("interrupted during the setup" + (
-            f"; continue it with: stochopt optimize --resume {where}" if where else ""),
-            highlight=False)
+    except KeyboardInterrupt as e:  # Ctrl-C outside the search (its setup, its end)
+        where = getattr(e, "run_dir", None)  # set when the run directory was written
+        err_console.print("interrupted" + (
+            f" during the setup; continue it with: stochopt optimize --resume {where}"
+            if where else ""), highlight=False)
         sys.exit(130)
     finally:
         if live is not None:

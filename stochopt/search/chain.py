@@ -277,12 +277,16 @@ class Chain:
         self.add_counterexample_file(counterexample_path)
         self.set_current(self.current)
 
-    def hear_best(self, text: str, cycles: int, proved: bool) -> None:
-        """The global best as the main process sees it: the bar for the next full check
-        (which may rise again when a pending candidate is refuted)."""
+    def hear_best(self, text: str, cycles: int, proved: bool) -> bool:
+        """The global best as the main process sees it, the bar for the next full check;
+        True if taken. With a check pool it may rise again (a waiting candidate was
+        refuted); with checks on the chain's path it only falls."""
+        if not self.checks_elsewhere and cycles >= self.best_cycles:
+            return False
         self.best_cycles = cycles
         if proved:
             self.best_text = text
+        return True
 
 
 def cand_latency(cand: Candidate) -> float:

@@ -198,7 +198,13 @@ class CheckPool:
         if slowest.check_id == START or fastest <= GIVE_WAY_RATIO * slowest.cycles:
             index = next(i for i, p in self.running.items() if p is slowest)
             self.preempted.add(index)
+            self._give_way(index)
+
+    def _give_way(self, index: int) -> None:
+        try:
             os.kill(self.procs[index].pid, signal.SIGUSR1)
+        except (ProcessLookupError, TypeError):  # it has exited (or never started)
+            pass
 
     def finish(self, worker: int, check_id: str, interrupted: bool) -> Pending | None:
         """The candidate a verdict is about (None for a stale verdict, or for a check that
@@ -223,6 +229,8 @@ class CheckPool:
 
     def close(self) -> None:
         self.stop.set()
+        for index in self.running:  # stop at the next example, not at the deadline
+            self._give_way(index)
         for q in self.inboxes:
             q.put(None)
         for p in self.procs:

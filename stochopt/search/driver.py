@@ -131,8 +131,8 @@ def _hear(chain: Chain, inbox, global_best: str | None) -> str | None:
             message = inbox.get_nowait()
             if message[0] == "best":
                 _, text, cycles, proved = message
-                chain.hear_best(text, cycles, proved)
-                global_best = text
+                if chain.hear_best(text, cycles, proved):
+                    global_best = text
             elif message[0] == "refuted":
                 chain.refuted(message[1])
     except queue.Empty:
