@@ -146,11 +146,13 @@ def headline(f: dict) -> list[tuple[str, str]]:
         ("verified", verified),
         ("LLM", f"{f['tokens']} tokens, {format_usd(f['cost_usd'])}"),
     ]
-    if f.get("unproved"):
+    if f.get("unproved"):  # never a bare 1.00x when a faster kernel was found
         u = f["unproved"]
-        rows.insert(5, ("unproved", f"{u['cycles']} cycles "
-                        f"({format_speedup(_ratio(f['baseline_cycles'], u['cycles']))}) found, "
-                        f"its full check unfinished: {u['prove']}"))
+        found = format_speedup(_ratio(f["baseline_cycles"], u["cycles"]))
+        rows[4] = ("cycles", f"{rows[4][1]} proved; {f['baseline_cycles']} -> {u['cycles']} "
+                             f"({found}) found, unproved")
+        rows.insert(5, ("unproved", f"{u['cycles']} cycles ({found}), its full check "
+                                    f"unfinished: {u['prove']}"))
     return rows
 
 

@@ -191,6 +191,8 @@ def test_a_check_cut_by_the_budget_leaves_a_named_unproved_kernel(tmp_path):
     assert "a faster kernel was found but not proved" in report.stdout
     row = next(line for line in report.stdout.splitlines() if line.startswith("unproved"))
     assert f"{result.unproved_cycles} cycles" in row
+    cycles = next(line for line in report.stdout.splitlines() if line.startswith("cycles"))
+    assert f"-> {result.unproved_cycles}" in cycles  # never a bare 1.00x
 
 
 @pytest.mark.slow
