@@ -279,6 +279,7 @@ def optimize(spec_path, budget, proposer, chains, seed, init, name, run_dir, res
     from rich.live import Live
 
     from stochopt.search import optimize as run_optimize
+    from stochopt.search.budget import process_start_time
     from stochopt.search.display import progress_view, summary_lines
     from stochopt.search.llm import describe
 
@@ -315,7 +316,7 @@ def optimize(spec_path, budget, proposer, chains, seed, init, name, run_dir, res
                               seed=seed, init=init, machine=machine, run_dir=run_dir,
                               resume=resume, max_proposals=max_proposals, max_cost=max_cost,
                               name=name, progress=progress, llm=llm if llm["model"] else None,
-                              check_workers=check_workers)
+                              check_workers=check_workers, started=process_start_time())
     except KeyboardInterrupt as e:  # Ctrl-C outside the search (its setup, its end)
         where = getattr(e, "run_dir", None)  # set when the run directory was written
         err_console.print("interrupted" + (

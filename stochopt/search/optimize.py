@@ -31,15 +31,16 @@ def optimize(spec_path: str | None = None, *, budget: str | float = "10m",
              resume: str | None = None, max_proposals: int | None = None,
              max_cost: float | None = None, name: str | None = None, llm: dict | None = None,
              progress=None, config: ChainConfig | None = None,
-             check_workers: int | None = None) -> RunResult:
+             check_workers: int | None = None, started: float | None = None) -> RunResult:
     """Search for a faster kernel for a spec; return what was found (see RunResult).
 
     The budget is wall time from this call to the return, setup and final checks
     included. ``check_workers`` processes run full checks beside the chains (default:
     one per two chains, at least one); 0 runs them on the chains' path, which makes a
     seeded one-chain run reproducible. ``progress`` is called with a stats dict a few
-    times a second (the CLI draws it)."""
-    started = time.time()
+    times a second (the CLI draws it). ``started`` (time.time()) is when the budget's
+    clock started: now by default; the CLI passes its process's start."""
+    started = time.time() if started is None else started
     if resume is not None:
         return _resume(Path(resume), progress=progress, started=started)
     if spec_path is None:
@@ -86,7 +87,7 @@ def optimize(spec_path: str | None = None, *, budget: str | float = "10m",
         raise
     except KeyboardInterrupt:
         raise SetupInterrupted(rd) from None
-    return supervise(rd, run, state, start_text, baseline_text, llm, progress)
+    return supervise(rd, run, state, start_text, baseline_text, llm, progress, started, 0.0)
 
 
 class SetupInterrupted(KeyboardInterrupt):
@@ -228,7 +229,8 @@ def _resume(rd: Path, progress, started: float) -> RunResult:
         m = _run_machine(run)
         spec = load_spec(rd / "spec.py", run.get("name"))
         state, start_text, baseline_text = _setup(rd, run, spec, m, started)
-        return supervise(rd, run, state, start_text, baseline_text, run.get("llm"), progress)
+        return supervise(rd, run, state, start_text, baseline_text, run.get("llm"), progress,
+                         started, 0.0)
     state = load_checkpoint(rd)
     if state.get("finished"):
         raise StochoptError(f"run {rd} already finished",
@@ -237,7 +239,8 @@ def _resume(rd: Path, progress, started: float) -> RunResult:
     if state["elapsed_s"] >= run["budget_s"]:
         raise StochoptError(f"run {rd} has no budget left")
     return supervise(rd, run, state, (rd / "best.leir").read_text(),
-                     (rd / "baseline.leir").read_text(), run.get("llm"), progress)
+                     (rd / "baseline.leir").read_text(), run.get("llm"), progress, started,
+                     state["elapsed_s"])
 
 
 def recheck_best(rd: Path, spec, machine, seed: int, baseline_text: str,

@@ -43,15 +43,15 @@ def finish_reserve(budget_s: float, longest_check_s: float) -> float:
 
 
 def supervise(rd: Path, run: dict, state: dict, start_text: str, baseline_text: str,
-              llm: dict | None, progress) -> RunResult:
+              llm: dict | None, progress, started: float, previous_s: float) -> RunResult:
     """Run the chains and the checks until the budget is spent; finish and report."""
     from stochopt.search.optimize import _run_machine
     from stochopt.spec import load_spec
 
     machine = _run_machine(run)
     spec = load_spec(rd / "spec.py", run.get("name"))
-    # the run's clock: a fresh run's setup, or the sessions before a resume, are spent
-    t0 = time.time() - state["elapsed_s"]
+    # the run's clock started when this session did, less the sessions before a resume
+    t0 = started - previous_s
     deadline = t0 + run["budget_s"]
     run_state = _RunState(rd, run, state, spec, machine, t0, deadline)
     quota = _quotas(run["max_proposals"], run["chains"])
