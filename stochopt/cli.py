@@ -326,8 +326,8 @@ def optimize(spec_path, budget, proposer, chains, seed, init, name, run_dir, res
     finally:
         if live is not None:
             live.stop()
-    for line in summary_lines(result):
-        console.print(line, highlight=False)
+    for line in summary_lines(result):  # not wrapped: paths and commands stay whole
+        console.print(line, highlight=False, soft_wrap=True)
     if result.signal is not None:  # a script must tell an interrupted run from a finished one
         sys.exit(128 + result.signal)
 
