@@ -85,6 +85,8 @@ def supervise(rd: Path, run: dict, state: dict, start_text: str, baseline_text: 
                 message = None
             if message is not None and message[0] == "done":
                 alive -= 1
+                if alive == 0 and not stop.is_set() and run.get("max_proposals"):
+                    stopped["why"] = "max_proposals"  # every chain made its quota
             elif message is not None:
                 run_state.take(message)
             now = time.time()
@@ -116,9 +118,6 @@ def supervise(rd: Path, run: dict, state: dict, start_text: str, baseline_text: 
                 p.terminate()
         if run_state.pool is not None:
             run_state.pool.close()
-    if stopped["why"] == "budget" and run.get("max_proposals") and \
-            run_state.stats.proposals >= run["max_proposals"]:
-        stopped["why"] = "max_proposals"
     try:
         if run_state.fatal:
             run_state.checkpoint(finished=False)
