@@ -122,6 +122,8 @@ def supervise(rd: Path, run: dict, state: dict, start_text: str, baseline_text: 
         if run_state.fatal:
             run_state.checkpoint(finished=False)
             raise StochoptError(run_state.fatal[0], hint=run_state.fatal[1])
+        if run_state.stats.errors and run_state.stats.proposals == 0:
+            raise StochoptError("every chain failed: " + "; ".join(run_state.stats.errors[:3]))
         return run_state.finish(stopped["why"], stopped["signal"], baseline_text)
     finally:
         run_state.log.close()
