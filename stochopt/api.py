@@ -275,12 +275,15 @@ def optimize(spec: SpecLike | None = None, *, budget: str | float = "10m",
              max_cost: float | None = None, llm: Mapping[str, Any] | None = None,
              progress: Callable[[dict], None] | None = None, live: bool | None = None,
              config: ChainConfig | None = None,
-             settings: Mapping[str, Any] | None = None) -> RunResult:
+             settings: Mapping[str, Any] | None = None, check_workers: int | None = None,
+             started: float | None = None) -> RunResult:
     """Search for a faster kernel equivalent to a spec; the best verified one is in
     result.best_path. ``progress`` receives a snapshot dict a few times a second; ``live``
     draws them (None: in Jupyter only). Interrupting stops the run cleanly: its checkpoint
     is kept and ``resume=result.run_dir`` continues it. ``config`` tunes the chains
-    (stochopt.search.chain.ChainConfig: e.g. fewer full-check examples for a quick look)."""
+    (stochopt.search.chain.ChainConfig: e.g. fewer full-check examples for a quick look).
+    ``check_workers``: processes that run full checks beside the chains (0: on the chains'
+    path); ``started``: when the budget's clock started (time.time(); default now)."""
     from stochopt.notebook import live_progress
     from stochopt.search.optimize import optimize as search
 
@@ -307,7 +310,8 @@ def optimize(spec: SpecLike | None = None, *, budget: str | float = "10m",
                       machine=_str(machine) if isinstance(machine, Path) else machine,
                       resume=_str(resume), max_proposals=max_proposals, max_cost=max_cost,
                       name=spec_name, llm=dict(llm) if llm and llm.get("model") else None,
-                      progress=on_progress, config=config, settings=settings)
+                      progress=on_progress, config=config, settings=settings,
+                      check_workers=check_workers, started=started)
 
 
 class Report(dict, Displayable):

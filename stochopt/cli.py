@@ -270,6 +270,9 @@ def _print_verdict(kernel_path: str, spec, verdict) -> None:
               "(default runs/<spec>-<time>).")
 @click.option("--resume", default=None, type=click.Path(file_okay=False),
               help="Continue a stopped run with the budget it has left.")
+@click.option("--check-workers", default=None, type=click.IntRange(0, 64),
+              help="Processes that run full checks beside the chains (default: one per two "
+              "chains); 0 runs them on the chains' path (reproducible with --chains 1).")
 @click.option("--max-proposals", default=None, type=click.IntRange(min=1))
 @click.option("--max-cost", default=None, type=click.FloatRange(min=0, min_open=True),
               help="Stop when the LLM has cost this many dollars.")
@@ -302,12 +305,13 @@ def _print_verdict(kernel_path: str, spec, verdict) -> None:
 @machine_option
 @click.pass_context
 def optimize(ctx, spec_path, budget, proposer, chains, seed, init, name, run_dir, resume,
-             max_proposals, max_cost, quiet, machine, **llm) -> None:
+             check_workers, max_proposals, max_cost, quiet, machine, **llm) -> None:
     """Search for a faster kernel equivalent to a spec."""
     from rich.live import Live
 
     from stochopt import api
     from stochopt.cli_settings import sources
+    from stochopt.search.budget import process_start_time
     from stochopt.search.display import progress_view, summary_lines
     from stochopt.search.llm import describe
 
@@ -347,12 +351,21 @@ def optimize(ctx, spec_path, budget, proposer, chains, seed, init, name, run_dir
                               seed=seed, init=init, machine=machine, run_dir=run_dir,
                               resume=resume, max_proposals=max_proposals, max_cost=max_cost,
                               name=name, progress=progress, llm=llm, live=False,
-                              settings=sources(ctx, ctx.obj) if resume is None else None)
+                              settings=sources(ctx, ctx.obj) if resume is None else None,
+                              check_workers=check_workers, started=process_start_time())
+    except KeyboardInterrupt as e:  # Ctrl-C outside the search (its setup, its end)
+        where = getattr(e, "run_dir", None)  # set when the run directory was written
+        err_console.print("interrupted" + (
+            f" during the setup; continue it with: stochopt optimize --resume {where}"
+            if where else ""), highlight=False)
+        sys.exit(130)
     finally:
         if live is not None:
             live.stop()
-    for line in summary_lines(result):
-        console.print(line, highlight=False)
+    for line in summary_lines(result):  # not wrapped: paths and commands stay whole
+        console.print(line, highlight=False, soft_wrap=True)
+    if result.signal is not None:  # a script must tell an interrupted run from a finished one
+        sys.exit(128 + result.signal)
 
 
 def _refuse_flags_with_resume(ctx: click.Context, resume: str) -> None:

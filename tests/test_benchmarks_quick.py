@@ -18,7 +18,9 @@ def test_compare_methods_quick_runs_every_method(tmp_path):
     assert set(runs) == {"mutate", "greedy", "rewrite", "mixed"}
     for method, results in runs.items():
         for r in results:
-            assert r["verified"], method
+            # a search's budget now holds its checks: on a loaded machine the starting
+            # kernel's own check may not finish in it, and the results must say so
+            assert r["verified"] or r.get("start_check_unfinished"), method
             assert r["best_cycles"] <= r["baseline_cycles"]
             assert r["best_cycles"] >= r["roofline_cycles"]
     assert "| softmax | mixed |" in (tmp_path / "quick.md").read_text()

@@ -16,7 +16,8 @@ from stochopt.report.facts import format_share
 from stochopt.report.words import plural
 
 OUTCOME_COLORS = {"parse_error": "#9e9e9e", "invalid": "#f2a541", "wrong": "#d64545",
-                  "rejected": "#a9c4e4", "accepted": "#3a7bd5", "best": "#2e9e5b"}
+                  "rejected": "#a9c4e4", "accepted": "#3a7bd5", "unproved": "#b065c9",
+                  "best": "#2e9e5b"}
 RESOURCE_COLORS = {"dma": "#3fa7c9", "tree": "#e0b040", "vector": "#b065c9",
                    "vector+tree": "#c98ad9", "matrix": "#4caf6a"}
 # proposers get colours no outcome uses, so a green dot never reads as "best"; the

@@ -36,6 +36,11 @@ def run_facts(run_dir: str | Path, now: float | None = None) -> dict:
                             hint="pass a directory written by stochopt optimize")
     now = time.time() if now is None else now
     run = _read_json(rd / "run.json")
+    if run.get("baseline_cycles") is None:  # optimize writes run.json before its setup
+        raise StochoptError(f"run {rd} has not finished its setup (lowering the spec); it "
+                            "is still starting, or was stopped then",
+                            hint=f"wait a few seconds, or continue it with stochopt "
+                            f"optimize --resume {rd}")
     checkpoint = _read_json(rd / "checkpoint.json", missing={})
     notes: list[str] = []
     machine = _machine(run, notes)
@@ -92,11 +97,15 @@ def run_facts(run_dir: str | Path, now: float | None = None) -> dict:
         "kernels": {"baseline": baseline_text, "best": best_text},
         "diff": list(difflib.unified_diff(baseline_text.splitlines(), best_text.splitlines(),
                                           "baseline.leir", "best.leir", lineterm="")),
+        "unproved": _unproved(best_json, baseline_cycles, notes),
         "counterexamples": _count_files(rd / "counterexamples"),
         "llm_transcripts": _count_files(rd / "llm"),
         "notes": notes,
     }
     _check_trajectory(facts, rd)
+    if not facts["outcomes"].get("unproved"):  # rare: its column shows only when it occurs
+        for counts in [facts["outcomes"]] + [p["outcomes"] for p in proposers.values()]:
+            counts.pop("unproved", None)
     return facts
 
 
@@ -128,7 +137,10 @@ def headline(f: dict) -> list[tuple[str, str]]:
         v = f["verification"]
         verified += f" ({plural(v['examples'] or 0, 'example')}, seed {v['seed']}"
         verified += f"; re-checked, seed {v['recheck_seed']})" if v.get("recheck_seed") \
-            is not None else ")"
+            is not None else "; the final re-check did not finish)" if v.get(
+                "recheck_unfinished") else ")"
+    elif f.get("proof"):
+        verified += f" (the starting kernel's own full check {f['proof']})"
     status = f["status"] + (f" (stopped by {f['stopped_by']})" if f["stopped_by"] else "")
     rows = [
         ("spec", f"{f['spec']} on {f['machine']}"),
@@ -145,9 +157,19 @@ def headline(f: dict) -> list[tuple[str, str]]:
         ("verified", verified),
         ("LLM", llm_summary(f)),
     ]
+    labels = [label for label, _ in rows]
     if f.get("bound_cycles"):
-        rows.insert(5, ("bound", f"{f['bound_cycles']} cycles: best is at "
-                                 f"{format_share(f['bound_share'])} of it"))
+        rows.insert(labels.index("roofline") + 1,
+                    ("bound", f"{f['bound_cycles']} cycles: best is at "
+                              f"{format_share(f['bound_share'])} of it"))
+    if f.get("unproved"):  # never a bare 1.00x when a faster kernel was found
+        u = f["unproved"]
+        found = format_speedup(_ratio(f["baseline_cycles"], u["cycles"]))
+        at = labels.index("cycles")
+        rows[at] = ("cycles", f"{rows[at][1]} proved; {f['baseline_cycles']} -> {u['cycles']} "
+                              f"({found}) found, unproved")
+        rows.insert(at + 1, ("unproved", f"{u['cycles']} cycles ({found}), its full check "
+                                         f"unfinished: {u['prove']}"))
     return rows
 
 
@@ -322,6 +344,11 @@ def _verification(best_text: str, best_json: dict, notes: list[str],
                      "after the run wrote it, so it is not verified")
         return {"verified": False, "verification": None}
     cert = best_json.get("certificate") or {}
+    if best_json.get("proof") and best_json.get("verdict") is None:
+        # the starting kernel, whose own full check runs beside the search (or was cut)
+        return {"verified": False, "verification": None, "proof": {
+            "pending": "is still running", "unfinished": "did not finish within the budget"
+        }.get(best_json["proof"], best_json["proof"])}
     if not best_json:
         notes.append("best.json is missing or unreadable: the check details of best.leir "
                      "are unknown")
@@ -335,14 +362,28 @@ def _verification(best_text: str, best_json: dict, notes: list[str],
         return {"verified": True, "verification": None}
     verdict = best_json.get("verdict") or {}
     recheck = best_json.get("recheck")
+    unfinished = recheck is not None and recheck.get("finished") is False
     verified = bool(cert.get("equivalent")) and bool(verdict.get("equivalent", True)) and \
-        (recheck is None or bool(recheck.get("equivalent")))
+        (recheck is None or unfinished or bool(recheck.get("equivalent")))
     return {"verified": verified, "verification": {
         "examples": cert.get("examples"), "seed": cert.get("seed"),
         "max_semantic_error": cert.get("max_semantic_error"),
         "max_precision_error": cert.get("max_precision_error"),
         "checked_at": cert.get("checked_at"),
-        "recheck_seed": recheck.get("seed") if recheck else None}}
+        "recheck_seed": recheck.get("seed") if recheck and not unfinished else None,
+        "recheck_unfinished": unfinished}}
+
+
+def _unproved(best_json: dict, baseline_cycles: int, notes: list[str]) -> dict | None:
+    """A kernel faster than best.leir that the run found but could not prove in time."""
+    u = best_json.get("unproved")
+    if not u:
+        return None
+    notes.append(f"a faster kernel was found but not proved: {u['cycles']} cycles "
+                 f"({format_speedup(_ratio(baseline_cycles, u['cycles']))}) in "
+                 f"{u['path']}; {u['why']}. Prove it with: {u['prove']}, or run the search "
+                 "with a longer --budget")
+    return u
 
 
 def _count_files(path: Path) -> int:
@@ -394,6 +435,8 @@ def _timeline(events: dict, elapsed_s: float) -> list[dict]:
 def _status(rd: Path, checkpoint: dict, now: float) -> str:
     if checkpoint.get("finished"):
         return "finished"
+    if checkpoint.get("stopped_by") == "interrupted":  # Ctrl-C or SIGTERM, checkpointed
+        return "interrupted"
     touched = [p.stat().st_mtime for p in (rd / "events.jsonl", rd / "checkpoint.json")
                if p.exists()]
     return "running" if touched and now - max(touched) < RUNNING_WITHIN_S else "stopped"
@@ -418,7 +461,7 @@ def _check_trajectory(f: dict, rd: Path) -> None:
                else "the run stopped before it was written")
         f["notes"].append(f"the events record a best of {last} cycles that best.leir does "
                           f"not hold: {why}")
-    if f["status"] == "stopped" and f["elapsed_s"] < f["budget_s"]:
+    if f["status"] in ("stopped", "interrupted") and f["elapsed_s"] < f["budget_s"]:
         f["notes"].append("the run stopped before its budget was spent; continue it with "
                           f"stochopt optimize --resume {rd}")
 

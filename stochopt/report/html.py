@@ -34,6 +34,8 @@ def render_html(facts: dict) -> str:
                  _figure(charts["outcomes"], "What became of each proposer's candidates. "
                          "<b>best</b>: a new best for its chain that passed the full check; "
                          "<b>accepted</b>: taken by the Metropolis&ndash;Hastings chain; "
+                         "<b>unproved</b>: faster than the best, but its full check did not "
+                         "finish before the run ended (kept as unproved.leir); "
                          "<b>rejected</b>: refused for its cycles (too slow); "
                          "<b>wrong</b>: failed the screening inputs or the full check; "
                          "<b>invalid</b> and <b>parse_error</b>: never ran.")

@@ -92,7 +92,8 @@ def array_stats(x: np.ndarray) -> dict:
 
 RESOURCE_STYLES = {"dma": "cyan", "tree": "yellow", "vector": "magenta", "matrix": "green"}
 OUTCOME_STYLES = {"parse_error": "bright_black", "invalid": "yellow", "wrong": "red",
-                  "rejected": "blue", "accepted": "cyan", "best": "bold green"}
+                  "rejected": "blue", "accepted": "cyan", "unproved": "magenta",
+                  "best": "bold green"}
 _EIGHTHS = " ▁▂▃▄▅▆▇█"
 
 

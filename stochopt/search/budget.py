@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import time
 
 from stochopt.errors import StochoptError
 
@@ -35,3 +37,19 @@ def format_duration(seconds: float) -> str:
     m, s = divmod(rest, 60)
     return (f"{h}h" if h else "") + (f"{m}m" if m else "") + (f"{s}s" if s or not (h or m)
                                                               else "")
+
+
+def process_start_time() -> float:
+    """When this process started (time.time() scale), so that a command-line run's budget
+    includes Python's own start and imports; now where the system does not say (Linux's
+    /proc does)."""
+    try:
+        with open(f"/proc/{os.getpid()}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        ticks = os.sysconf("SC_CLK_TCK")
+        started = time.time() - (uptime - int(fields[19]) / ticks)
+    except (OSError, ValueError, IndexError):
+        return time.time()
+    return min(started, time.time())

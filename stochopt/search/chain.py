@@ -1,10 +1,17 @@
 """One Metropolis–Hastings chain over kernels, as in STOKE.
 
-cost(k) = eq(k) + lam * cycles(k) / baseline_cycles, where eq sums the error of k on
-the chain's screening inputs (0 when all pass). A proposal k' is accepted when
-u < exp(-beta (cost(k') - cost(k))). u is drawn first, so the acceptance threshold is
-known before k' is run: a candidate whose cycles alone exceed it is refused without
+cost(k) = eq(k) + lam * ln(cycles(k) / baseline_cycles), where eq sums the error of k on
+the chain's screening inputs (0 when all pass). The performance term is a logarithm so
+that beta means the same at every speedup: a kernel 5% slower than the current one costs
+ln(1.05) more whether the chain sits at the baseline or at 4x. A proposal k' is accepted
+when u < exp(-beta (cost(k') - cost(k))). u is drawn first, so the acceptance threshold
+is known before k' is run: a candidate whose cycles alone exceed it is refused without
 running a single screening input.
+
+A kernel that passes every screening input and is faster than the best known is
+accepted at once and handed back for the full check (a ``Submission``); the chain goes
+on from it while the check runs elsewhere (stochopt/search/checks.py), or runs the check
+itself when the run has no check workers. ``settle`` and ``refuted`` take the verdict.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from __future__ import annotations
 import math
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from stochopt.backend.cost import cycles as kernel_cycles
 from stochopt.errors import ConstraintError, ParseError, StochoptError
@@ -24,16 +31,21 @@ from stochopt.search.values import CachedScreening, Proofs
 from stochopt.spec import Spec
 from stochopt.verify.check import check, check_signature
 
-OUTCOMES = ("parse_error", "invalid", "wrong", "rejected", "accepted", "best")
+# "unproved": screened, faster than the best, but its full check did not finish before
+# the run ended (the run directory keeps it as unproved.leir, to prove with verify)
+OUTCOMES = ("parse_error", "invalid", "wrong", "rejected", "accepted", "unproved", "best")
 
 
 @dataclass
 class ChainConfig:
-    beta: float = 30.0           # inverse temperature: 5% slower is accepted ~22% of the time
+    beta: float = 30.0           # inverse temperature: 5% slower is accepted ~23% of the time
     lam: float = 1.0             # weight of performance against correctness
     restart_after: int = 3000    # proposals without a new chain best before a restart
     full_examples: int = 200     # examples of the full check before a kernel becomes best
     screening_inputs: int = 3
+    # relative weight of each move and rule when its proposer draws one (STOKE's weighted
+    # transforms); a name left out weighs 1 (stochopt/search/weights.py)
+    move_weights: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -46,6 +58,16 @@ class Candidate:
     tokens: int = 0
     cost_usd: float = 0.0
     latency_s: float = 0.0       # wall time an LLM spent on it (the bandit charges for it)
+
+
+@dataclass
+class Submission:
+    """A screened kernel faster than the best known, waiting for its full check."""
+    check_id: str
+    kernel: Kernel
+    cycles: int
+    seed: int                    # of the full check: per chain and per check
+    bar_before: int              # the chain's best before it, restored if it fails
 
 
 class Chain:
@@ -68,21 +90,27 @@ class Chain:
         self.proposals = 0
         self.since_improvement = 0
         self.full_checks = 0
-        self.best_cycles = baseline_cycles   # the best this chain knows of (global)
+        self.best_cycles = baseline_cycles   # the bar for a full check: the global best
         self.counterexample_dir = None
         self.saved_inputs: list[str] = []
+        self.checks_elsewhere = False        # True: submissions go to the check pool
+        self.submissions: list[Submission] = []
         self.set_current(start)
         self.best_text = render(start)       # the best verified kernel known (for prompts)
 
     # -- state ------------------------------------------------------------------------
+    def cycles(self, kernel: Kernel) -> int:
+        return kernel_cycles(kernel, self.machine)
+
     def set_current(self, kernel: Kernel) -> None:
         self.current = kernel
-        self.current_cycles = kernel_cycles(kernel, self.machine)
+        self.current_cycles = self.cycles(kernel)
         self.current_eq = self.screening.error(kernel)
         self.current_cost = self.current_eq + self.config.lam * self.perf(self.current_cycles)
 
     def perf(self, cycles: int) -> float:
-        return cycles / self.baseline_cycles
+        """The performance term: ln(cycles / baseline), so beta reads as a ratio."""
+        return math.log(cycles / self.baseline_cycles)
 
     def state(self) -> dict:
         return {"index": self.index, "current": render(self.current),
@@ -98,10 +126,8 @@ class Chain:
         self.full_checks = state["full_checks"]
         self.bandit = Bandit.from_state(state["bandit"])
         self.best_cycles = state["best_cycles"]
-        from stochopt.verify.replay import load_inputs
         for path in state.get("counterexamples", []):
-            self.screening.add(load_inputs(path, self.spec))
-            self.saved_inputs.append(path)
+            self.add_counterexample_file(path)
         self.set_current(parse(state["current"], self.machine))
 
     def add_counterexample(self, cex) -> None:
@@ -111,6 +137,12 @@ class Chain:
             path = self.counterexample_dir / f"chain{self.index}-{len(self.saved_inputs)}.npz"
             cex.save(path)
             self.saved_inputs.append(str(path))
+
+    def add_counterexample_file(self, path: str) -> None:
+        """A counterexample saved by a check worker (or an earlier session) joins the set."""
+        from stochopt.verify.replay import load_inputs
+        self.screening.add(load_inputs(path, self.spec))
+        self.saved_inputs.append(path)
 
     # -- one proposal -----------------------------------------------------------------
     def propose(self) -> Candidate:
@@ -123,9 +155,10 @@ class Chain:
                 return Candidate("llm", "no_reply", error="the run stopped before a reply "
                                  "came", outcome="invalid")
             arm = "mutate"  # no reply ready yet: keep the chain busy meanwhile
+        weights = self.config.move_weights or None
         for attempt in range(16):  # a move that does not apply here is redrawn
             try:
-                move, kernel = BUILTIN[arm](self.current, self.rng, self.machine)
+                move, kernel = BUILTIN[arm](self.current, self.rng, self.machine, weights)
             except ParseError as e:
                 return Candidate(arm, getattr(e, "move", "?"), error=str(e),
                                  outcome="parse_error")
@@ -139,7 +172,8 @@ class Chain:
 
     def step(self, deadline: float | None = None) -> tuple[dict, Kernel | None, dict | None]:
         """Propose, cost, screen, accept or reject. Returns (event, new best kernel or
-        None, its verdict facts)."""
+        None, its verdict facts). With ``checks_elsewhere`` set, a kernel that needs its
+        full check is queued on ``submissions`` instead (outcome "checking")."""
         t0 = time.perf_counter()
         cand = self.propose()
         self.proposals += 1
@@ -162,7 +196,7 @@ class Chain:
             event["restart"] = True
         return event, best, facts
 
-    def _evaluate(self, cand: Candidate, event: dict, deadline):
+    def _evaluate(self, cand: Candidate, event: dict, deadline: float | None):
         kernel = cand.kernel
         try:
             # a move may drop the final cast or rename nothing else: the kernel must still
@@ -171,12 +205,13 @@ class Chain:
             if kernel.output_type.shape != self.baseline.output_type.shape:
                 raise StochoptError(f"kernel returns shape {kernel.output_type.shape}, the "
                                     f"spec {self.baseline.output_type.shape}")
-            cycles = kernel_cycles(kernel, self.machine)
+            cycles = self.cycles(kernel)
         except StochoptError as e:
             event.update(outcome="invalid", error=str(e))
             return None, None
         event["cycles"] = cycles
         lam_perf = self.config.lam * self.perf(cycles)
+        # STOKE: draw the threshold first, then ask the kernel for at most that much cost
         u = self.rng.random()
         threshold = self.current_cost - math.log(max(u, 1e-300)) / self.config.beta
         if lam_perf > threshold:
@@ -187,43 +222,78 @@ class Chain:
         if eq + lam_perf > threshold:
             event["outcome"] = "wrong" if eq > 0 else "rejected"
             return None, None
-        if eq == 0 and cycles < self.best_cycles:
-            facts = self.proofs.earlier(kernel)  # same values as a kernel proved before
-            if facts is None:
-                facts = self._full_check(kernel, event, deadline)
-                if facts is None:
-                    return None, None
-            else:
-                event["proved_earlier"] = facts["value_graph"]
-            self.best_cycles = cycles
-            self.best_text = render(kernel)
-            self.since_improvement = 0
-            self.current, self.current_cycles, self.current_eq = kernel, cycles, 0.0
-            self.current_cost = lam_perf
-            event["outcome"] = "best"
-            return kernel, facts
         self.current, self.current_cycles, self.current_eq = kernel, cycles, eq
         self.current_cost = eq + lam_perf
-        event["outcome"] = "accepted"
+        if not (eq == 0 and cycles < self.best_cycles):
+            event["outcome"] = "accepted"
+            return None, None
+        facts = self.proofs.earlier(kernel)
+        if facts is not None:  # the same values as a kernel this chain proved: no new check
+            self.best_cycles, self.best_text = cycles, render(kernel)
+            self.since_improvement = 0
+            event.update(outcome="best", proved_earlier=facts["value_graph"])
+            return kernel, facts
+        submission = self._submit(kernel, cycles, event)
+        if self.checks_elsewhere:
+            self.submissions.append(submission)
+            return None, None
+        verdict = self.full_check(submission, deadline)
+        if self.settle(submission, verdict, event):
+            return kernel, self.proofs.record(kernel, verdict.to_json())
         return None, None
 
-    def _full_check(self, kernel: Kernel, event: dict, deadline) -> dict | None:
-        """The full check of a candidate best: its verdict facts when it passes, else
-        None (the event says why; a counterexample joins the screening set)."""
-        verdict = check(kernel, self.spec, examples=self.config.full_examples,
-                        seed=self.seed * 7919 + self.full_checks, machine=self.machine,
-                        baseline=self.baseline, deadline=deadline)
+    # -- the full check: the policy and its verdicts ------------------------------------
+    def _submit(self, kernel: Kernel, cycles: int, event: dict) -> Submission:
+        """Screened and faster than the best known: the chain has moved to the kernel
+        already and raises its bar to it, so it submits only kernels faster still; a
+        failed check lowers the bar back."""
+        submission = Submission(f"{self.index}-{self.full_checks}", kernel, cycles,
+                                self.seed * 7919 + self.full_checks, self.best_cycles)
         self.full_checks += 1
+        self.best_cycles = cycles
+        self.since_improvement = 0
+        event.update(outcome="checking", check=submission.check_id)
+        return submission
+
+    def full_check(self, submission: Submission, deadline: float | None = None):
+        """Run the full check here, on the chain's path (a run without check workers)."""
+        return check(submission.kernel, self.spec, examples=self.config.full_examples,
+                     seed=submission.seed, machine=self.machine, baseline=self.baseline,
+                     deadline=deadline)
+
+    def settle(self, submission: Submission, verdict, event: dict) -> bool:
+        """Take the verdict of a full check run on the chain's path; True if proved."""
+        event.pop("check", None)
+        if verdict.equivalent:
+            self.best_text = render(submission.kernel)
+            event["outcome"] = "best"
+            return True
+        self.best_cycles = submission.bar_before
         if verdict.interrupted:
-            event.update(outcome="rejected", error="full check cut short by the budget")
-            return None
-        if not verdict.equivalent:
-            self.add_counterexample(verdict.counterexample)
-            self.set_current(self.current)  # its eq may have changed too
-            event.update(outcome="wrong", error=verdict.counterexample.describe(),
-                         counterexample=True)
-            return None
-        return self.proofs.record(kernel, verdict.to_json())
+            event.update(outcome="unproved", error="its full check did not finish before "
+                         "the run ended")
+            return False
+        self.add_counterexample(verdict.counterexample)
+        self.set_current(self.current)  # the current kernel's eq may have changed too
+        event.update(outcome="wrong", error=verdict.counterexample.describe(),
+                     counterexample=True)
+        return False
+
+    def refuted(self, counterexample_path: str) -> None:
+        """A check worker refuted one of this chain's submissions."""
+        self.add_counterexample_file(counterexample_path)
+        self.set_current(self.current)
+
+    def hear_best(self, text: str, cycles: int, proved: bool) -> bool:
+        """The global best as the main process sees it, the bar for the next full check;
+        True if taken. With a check pool it may rise again (a waiting candidate was
+        refuted); with checks on the chain's path it only falls."""
+        if not self.checks_elsewhere and cycles >= self.best_cycles:
+            return False
+        self.best_cycles = cycles
+        if proved:
+            self.best_text = text
+        return True
 
 
 def cand_latency(cand: Candidate) -> float:

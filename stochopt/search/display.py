@@ -21,10 +21,13 @@ def progress_view(s: dict) -> Group:
         f"{s['baseline_cycles']}, ", (f"{s['speedup']:.2f}x", "bold"),
         f", {100 * s['roofline_share']:.1f}% of roofline"
         + (f", {100 * s['bound_share']:.1f}% of bound)" if s.get("bound_share") else ")"))
+    if s.get("checking"):  # candidates waiting for (or under) their full check
+        best.append(f"   {s['checking']} waiting for the full check, the fastest "
+                    f"{s['fastest_found']} cycles")
     if s["tokens"]:
         best.append(f"   {s['tokens']} tokens, ${s['cost_usd']:.4f}")
     table = Table(box=None, pad_edge=False, show_header=True)
-    outcomes = ("parse_error", "invalid", "wrong", "rejected", "accepted", "best")
+    outcomes = ("parse_error", "invalid", "wrong", "rejected", "accepted", "best")  # live
     table.add_column("proposer")
     for o in outcomes:
         table.add_column(o, justify="right")
@@ -37,13 +40,28 @@ def progress_view(s: dict) -> Group:
 
 
 def summary_lines(r) -> list[str]:
-    return [
-        f"{r.spec} on {r.machine}: {r.baseline_cycles} -> {r.best_cycles} cycles "
-        f"({r.speedup:.2f}x), {100 * r.roofline_share:.1f}% of roofline "
-        f"({r.roofline_cycles} cycles)",
-        f"{r.proposals} candidates, {r.accepted} accepted, in {format_duration(r.elapsed_s)} "
-        f"(stopped by {r.stopped_by}); best verified: {'yes' if r.verified else 'NO'}",
-        f"best kernel: {r.best_path}",
-        f"run directory: {r.run_dir}",
-    ] + [f"error: {e} (that chain stopped; the others went on)" for e in r.errors] + [
-        f"warning: {n}" for n in r.notes]
+    """The closing summary: what was proved, what was found and not proved, what next."""
+    head = (f"{r.spec} on {r.machine}: {r.baseline_cycles} -> {r.best_cycles} cycles "
+            f"({r.speedup:.2f}x), {100 * r.roofline_share:.1f}% of roofline "
+            f"({r.roofline_cycles} cycles)")
+    if r.unproved_cycles is not None:
+        head = (f"{r.spec} on {r.machine}: {r.baseline_cycles} -> {r.unproved_cycles} cycles "
+                f"({r.baseline_cycles / r.unproved_cycles:.2f}x) found, UNPROVED; proved "
+                f"best {r.best_cycles} cycles ({r.speedup:.2f}x)")
+    if r.stopped_by == "interrupted":
+        how = f"interrupted after {format_duration(r.elapsed_s)}"
+    else:
+        how = f"in {format_duration(r.elapsed_s)} (stopped by {r.stopped_by})"
+    lines = [head, f"{r.proposals} candidates, {r.accepted} accepted, {how}; best verified: "
+             f"{'yes' if r.verified else 'NO'}",
+             f"best kernel: {r.best_path}", f"run directory: {r.run_dir}"]
+    if r.unproved_cycles is not None:
+        lines.append(f"unproved: a faster kernel ({r.unproved_cycles} cycles) is in "
+                     f"{r.unproved_path}, but its full check did not finish within the "
+                     f"budget; prove it with: stochopt verify {r.unproved_path} --spec "
+                     f"{r.run_dir}/spec.py (or give the search a longer --budget)")
+    lines += [f"error: {e} (that chain stopped; the others went on)" for e in r.errors]
+    lines += [f"warning: {n}" for n in r.notes]
+    if r.stopped_by == "interrupted":
+        lines.append(f"continue it with: stochopt optimize --resume {r.run_dir}")
+    return lines

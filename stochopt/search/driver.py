@@ -1,9 +1,13 @@
-"""optimize(): set up a run, drive chains in worker processes, keep the best verified.
+"""The chain workers: one process per chain, and what they say to the main process.
 
-The main process owns the run directory: it writes events as they arrive, replaces
-best.leir atomically when a chain reports a verified improvement, checkpoints, and shows
-progress. Workers own one chain each; they stop at the deadline, on the stop event, at
-their proposal quota, or when the main process is gone.
+The main process (stochopt/search/optimize.py) owns the run directory: it writes events
+as they arrive, replaces best.leir atomically when a kernel is proved, checkpoints, and
+shows progress. Workers own one chain each; they stop on the stop event (the main
+process sets it when the search part of the budget is spent), at their deadline, at
+their proposal quota, or when the main process is gone. A kernel that needs its full
+check goes to the main process as a "candidate" (for the check pool,
+stochopt/search/checks.py) and the chain goes on; with no check workers the chain runs
+the check itself.
 """
 
 from __future__ import annotations
@@ -43,10 +47,11 @@ class Job:
     arms: list[str]
     config: dict
     t0: float                   # wall-clock time at which the run's t = 0
-    deadline: float             # wall-clock time at which to stop
+    deadline: float             # wall-clock time at which to stop at the latest
     max_proposals: int | None
     state: dict | None = None   # a checkpointed chain to restore
     llm: dict | None = None
+    checks_in_pool: bool = True  # False: full checks on the chain's path (reproducible)
 
 
 def worker(job: Job, outbox, inbox, stop) -> None:
@@ -77,6 +82,7 @@ def _work(job: Job, outbox, inbox, stop, parent) -> None:
     chain = Chain(job.index, spec, baseline, cost(baseline, machine).cycles, start, machine,
                   job.arms, job.seed, ChainConfig(**job.config), llm)
     chain.counterexample_dir = Path(job.run_dir) / "counterexamples"
+    chain.checks_elsewhere = job.checks_in_pool
     if job.state:
         chain.restore(job.state)
     global_best = None
@@ -86,17 +92,16 @@ def _work(job: Job, outbox, inbox, stop, parent) -> None:
     while not stop.is_set() and time.time() < job.deadline:
         if job.max_proposals is not None and chain.proposals >= job.max_proposals:
             break
-        try:
-            while True:
-                kind, text, cycles = inbox.get_nowait()
-                if kind == "best" and cycles < chain.best_cycles:
-                    chain.best_cycles, global_best = cycles, text
-                    chain.best_text = text
-        except queue.Empty:
-            pass
+        global_best = _hear(chain, inbox, global_best)
         event, best, facts = chain.step(deadline_mono)
         event["t"] = round(time.time() - job.t0, 4)
-        events.append(event)
+        for sub in chain.submissions:  # the main process holds its event until the verdict
+            outbox.put(("candidate", job.index, sub.check_id, render(sub.kernel), sub.cycles,
+                        sub.seed, dict(event)))
+        if chain.submissions:
+            chain.submissions.clear()
+        else:
+            events.append(event)
         if best is not None:
             outbox.put(("events", job.index, events))
             events = []
@@ -120,6 +125,22 @@ def _work(job: Job, outbox, inbox, stop, parent) -> None:
     outbox.put(("state", job.index, chain.state()))
 
 
+def _hear(chain: Chain, inbox, global_best: str | None) -> str | None:
+    """Take what the main process said since the last step; the restart point."""
+    try:
+        while True:
+            message = inbox.get_nowait()
+            if message[0] == "best":
+                _, text, cycles, proved = message
+                if chain.hear_best(text, cycles, proved):
+                    global_best = text
+            elif message[0] == "refuted":
+                chain.refuted(message[1])
+    except queue.Empty:
+        pass
+    return global_best
+
+
 @dataclass
 class RunResult(Displayable):  # Displayable: Jupyter shows its summary and chart
     run_dir: str
@@ -141,6 +162,10 @@ class RunResult(Displayable):  # Displayable: Jupyter shows its summary and char
     cost_usd: float = 0.0
     errors: list[str] = field(default_factory=list)  # chains that stopped on an error
     notes: list[str] = field(default_factory=list)   # e.g. a best that failed its re-check
+    # the fastest kernel found whose full check did not finish (unproved.leir), if any
+    unproved_cycles: int | None = None
+    unproved_path: str | None = None
+    signal: int | None = None   # the signal that interrupted the run (SIGINT, SIGTERM)
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -8,6 +8,7 @@ chain's cost function, not the move, decides whether a move was any good.
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping
 from dataclasses import replace
 
 from stochopt.errors import StochoptError
@@ -16,6 +17,7 @@ from stochopt.leir.layout import LEVELS, Factor, Layout
 from stochopt.leir.ops import OPS, siblings
 from stochopt.leir.rules import make_layout
 from stochopt.search.edit import insert, rebuild, remap, replace_uses, shifted
+from stochopt.search.weights import weighted_choice
 
 
 def _pick(rng: random.Random, kernel: Kernel, ops: tuple[str, ...] | None = None,
@@ -155,9 +157,12 @@ MOVES = {
 }
 
 
-def propose_mutation(kernel: Kernel, rng: random.Random, machine) -> tuple[str, Kernel | None]:
-    """Apply one random move; (move name, kernel or None if it did not apply)."""
-    name = rng.choice(tuple(MOVES))
+def propose_mutation(kernel: Kernel, rng: random.Random, machine,
+                     weights: Mapping[str, float] | None = None) -> tuple[str, Kernel | None]:
+    """Apply one random move, drawn by weight; (move name, kernel or None if it did not
+    apply)."""
+    names = tuple(MOVES)
+    name = weighted_choice(rng, names, names, weights)
     try:
         return name, MOVES[name](kernel, rng, machine)
     except StochoptError as e:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
 import platform
-import queue
-import signal
+import shutil
 import time
 from pathlib import Path
 
@@ -17,18 +15,14 @@ from stochopt.leir.parser import parse
 from stochopt.leir.render import render
 from stochopt.search.budget import parse_duration
 from stochopt.search.chain import ChainConfig
-from stochopt.search.driver import Job, RunResult, load_checkpoint, save_checkpoint, start_workers
+from stochopt.search.driver import RunResult, load_checkpoint, save_checkpoint
 from stochopt.search.proposers import check_proposer
-from stochopt.search.rundir import (
-    EventLog,
-    atomic_write,
-    copy_spec,
-    new_run_dir,
-    read_json,
-    write_json,
-)
+from stochopt.search.rundir import atomic_write, copy_spec, new_run_dir, read_json, write_json
+from stochopt.search.supervisor import supervise
+from stochopt.search.weights import check_move_weights
 from stochopt.spec import load_spec
 from stochopt.verify.check import certificate, check
+from stochopt.verify.screening import ScreeningSet
 
 
 def optimize(spec_path: str | None = None, *, budget: str | float = "10m",
@@ -37,13 +31,20 @@ def optimize(spec_path: str | None = None, *, budget: str | float = "10m",
              resume: str | None = None, max_proposals: int | None = None,
              max_cost: float | None = None, name: str | None = None, llm: dict | None = None,
              progress=None, config: ChainConfig | None = None,
+             check_workers: int | None = None, started: float | None = None,
              settings: dict | None = None) -> RunResult:
     """Search for a faster kernel for a spec; return what was found (see RunResult).
 
-    ``progress`` is called with a stats dict a few times a second (the CLI draws it);
-    ``settings`` (each flag's value and where it came from) is recorded in run.json."""
+    The budget is wall time from this call to the return, setup and final checks
+    included. ``check_workers`` processes run full checks beside the chains (default:
+    one per two chains, at least one); 0 runs them on the chains' path, which makes a
+    seeded one-chain run reproducible. ``progress`` is called with a stats dict a few
+    times a second (the CLI draws it). ``started`` (time.time()) is when the budget's
+    clock started: now by default; the CLI passes its process's start. ``settings`` (each
+    flag's value and where it came from) is recorded in run.json."""
+    started = time.time() if started is None else started
     if resume is not None:
-        return _resume(Path(resume), budget_override=None, progress=progress)
+        return _resume(Path(resume), progress=progress, started=started)
     if spec_path is None:
         raise StochoptError("optimize needs a spec file (or resume=RUN_DIR)")
     budget_s = parse_duration(budget)
@@ -51,6 +52,11 @@ def optimize(spec_path: str | None = None, *, budget: str | float = "10m",
         chains = os.cpu_count() or 1
     if not isinstance(chains, int) or isinstance(chains, bool) or not 1 <= chains <= 64:
         raise StochoptError(f"chains must be between 1 and 64, got {chains!r}")
+    if check_workers is None:
+        check_workers = max(1, chains // 2)
+    if not isinstance(check_workers, int) or isinstance(check_workers, bool) or \
+            not 0 <= check_workers <= 64:
+        raise StochoptError(f"check_workers must be between 0 and 64, got {check_workers!r}")
     if max_proposals is not None and (not isinstance(max_proposals, int) or max_proposals < 1):
         raise StochoptError(f"max_proposals must be a positive integer, got {max_proposals!r}")
     if max_cost is not None and not max_cost > 0:
@@ -58,35 +64,84 @@ def optimize(spec_path: str | None = None, *, budget: str | float = "10m",
     from stochopt.search.llm import llm_options
     llm = llm_options(llm, max_cost)  # defaults filled, every value and template checked
     arms = check_proposer(proposer, llm_available=llm is not None)
+    config = config or ChainConfig()
+    config.move_weights = check_move_weights(config.move_weights)
     m = load_machine(machine)
     spec = load_spec(spec_path, name)
-    baseline, start = _starting_kernels(spec, m, init)
-    verdict = check(start, spec, machine=m, baseline=baseline, seed=seed)
-    if not verdict.equivalent:
-        raise StochoptError(
-            f"the starting kernel is not equivalent to spec {spec.name}: "
-            f"{verdict.counterexample.describe()}",
-            hint="fix the --init kernel" if init else "this is a lowering bug: please report it")
+    # the run directory comes first, before the slow setup: a run killed at any moment
+    # leaves something to resume, and the user sees where the run goes at once
+    existed = run_dir is not None and Path(run_dir).exists()
     rd = new_run_dir(spec.name, name=run_dir)
     copy_spec(spec_path, rd)
-    config = config or ChainConfig()
-    baseline_text, start_text = render(baseline, m), render(start, m)
-    roof, bound = _roofline(spec, m, baseline)
     run = {"spec": spec.name, "spec_path": str(Path(spec_path).resolve()), "name": name,
            "machine": m.summary(), "machine_name": m.name, "budget_s": budget_s,
-           "proposer": proposer, "arms": arms, "chains": chains, "seed": seed,
-           "init": init, "max_proposals": max_proposals, "max_cost": max_cost,
-           "config": vars(config), "llm": _public_llm(llm), "roofline_cycles": roof,
-           "bound_cycles": bound,
-           "baseline_cycles": cost(baseline, m).cycles, "started": time.time(),
-           "versions": _versions(), "host": platform.node(), "settings": settings}
+           "proposer": proposer, "arms": arms, "chains": chains,
+           "check_workers": check_workers, "seed": seed,
+           "init": str(Path(init).resolve()) if init else None,
+           "max_proposals": max_proposals, "max_cost": max_cost, "config": vars(config),
+           "llm": _public_llm(llm), "roofline_cycles": None, "baseline_cycles": None,
+           "bound_cycles": None, "started": started, "versions": _versions(),
+           "host": platform.node(), "settings": settings}
     write_json(rd / "run.json", run)
+    try:
+        state, start_text, baseline_text = _setup(rd, run, spec, m, started)
+    except StochoptError:
+        _remove_run_dir(rd, keep_dir=existed)  # nothing was searched: leave nothing behind
+        raise
+    except KeyboardInterrupt:
+        raise SetupInterrupted(rd) from None
+    return supervise(rd, run, state, start_text, baseline_text, llm, progress, started, 0.0)
+
+
+class SetupInterrupted(KeyboardInterrupt):
+    """Ctrl-C while the run was being set up: its directory is there to resume."""
+
+    def __init__(self, run_dir: Path) -> None:
+        super().__init__(str(run_dir))
+        self.run_dir = run_dir
+
+
+def _setup(rd: Path, run: dict, spec, m, started: float) -> tuple[dict, str, str]:
+    """Lower the spec, screen the starting kernel, write what the search starts from.
+
+    The starting kernel's full check is not done here: it is the first job of the check
+    pool (or, with no check workers, done here within the budget)."""
+    baseline, start = _starting_kernels(spec, m, run["init"])
+    screening = ScreeningSet(spec, baseline, m, ChainConfig().screening_inputs, run["seed"])
+    if screening.error(start) > 0:
+        _fail_start("it fails a screening input", bool(run["init"]), spec.name)
+    baseline_text, start_text = render(baseline, m), render(start, m)
+    roof, bound = _roofline(spec, m, baseline)
+    run.update(roofline_cycles=roof, bound_cycles=bound,
+               baseline_cycles=cost(baseline, m).cycles)
     atomic_write(rd / "baseline.leir", baseline_text)
-    _write_best(rd, start, spec, verdict, m, source="start")
-    state = {"elapsed_s": 0.0, "proposals": 0, "chains": [], "finished": False,
-             "best_cycles": cost(start, m).cycles, "tokens": 0, "cost_usd": 0.0}
+    if run["check_workers"] == 0:
+        deadline = time.monotonic() + run["budget_s"] - (time.time() - started)
+        verdict = check(start, spec, machine=m, baseline=baseline, seed=run["seed"],
+                        deadline=deadline)
+        if not verdict.equivalent and not verdict.interrupted:
+            _fail_start(verdict.counterexample.describe(), bool(run["init"]), spec.name)
+        _write_best(rd, start, spec, None if verdict.interrupted else verdict, m, "start")
+    else:
+        _write_best(rd, start, spec, None, m, "start")  # proved by the pool, soon
+    write_json(rd / "run.json", run)
+    state = {"elapsed_s": round(time.time() - started, 3), "proposals": 0, "chains": [],
+             "finished": False, "best_cycles": cost(start, m).cycles, "tokens": 0,
+             "cost_usd": 0.0}
     save_checkpoint(rd, state)
-    return _drive(rd, run, state, start_text, baseline_text, llm, progress)
+    return state, start_text, baseline_text
+
+
+def _fail_start(why: str, init: bool, spec_name: str):
+    raise StochoptError(f"the starting kernel is not equivalent to spec {spec_name}: {why}",
+                        hint="fix the --init kernel" if init else
+                        "this is a lowering bug: please report it")
+
+
+def _remove_run_dir(rd: Path, keep_dir: bool) -> None:
+    shutil.rmtree(rd, ignore_errors=True)
+    if keep_dir:
+        rd.mkdir(parents=True, exist_ok=True)
 
 
 def _starting_kernels(spec, machine, init: str | None):
@@ -137,12 +192,16 @@ def _versions() -> dict:
 
 def _write_best(rd: Path, kernel, spec, verdict, machine, source: str, t: float = 0.0,
                 chain: int | None = None, recheck: dict | None = None) -> None:
-    """best.json first, then best.leir: the kernel file is the commit point."""
+    """best.json first, then best.leir: the kernel file is the commit point. A verdict of
+    None marks the starting kernel while its own full check runs (``proof: pending``)."""
     profile = cost(kernel, machine)
     facts = {"cycles": profile.cycles, "source": source, "t": t, "chain": chain,
-             "profile": profile.to_json(), "verdict": verdict if isinstance(verdict, dict)
-             else verdict.to_json(),
-             "certificate": certificate(kernel, spec, _as_verdict(verdict), machine)}
+             "profile": profile.to_json()}
+    if verdict is None:
+        facts.update(verdict=None, certificate=None, proof="pending")
+    else:
+        facts.update(verdict=verdict if isinstance(verdict, dict) else verdict.to_json(),
+                     certificate=certificate(kernel, spec, _as_verdict(verdict), machine))
     if recheck is not None:
         facts["recheck"] = recheck
     write_json(rd / "best.json", facts)
@@ -157,10 +216,29 @@ def _as_verdict(v):
                    float(v["max_semantic_error"]), float(v["max_precision_error"]))
 
 
-def _resume(rd: Path, budget_override, progress) -> RunResult:
+def write_unproved(rd: Path, found: dict, proved_cycles: int) -> dict:
+    """A faster kernel whose full check did not finish: unproved.leir, and a record in
+    best.json saying how to prove it (best.leir stays the proved best)."""
+    atomic_write(rd / "unproved.leir", found["text"])
+    record = {"cycles": found["cycles"], "path": str(rd / "unproved.leir"),
+              "chain": found["chain"], "t": found["t"], "why": found["why"],
+              "prove": f"stochopt verify {rd / 'unproved.leir'} --spec {rd / 'spec.py'}",
+              "proved_best_cycles": proved_cycles}
+    best = read_json(rd / "best.json")
+    write_json(rd / "best.json", {**best, "unproved": record})
+    return record
+
+
+def _resume(rd: Path, progress, started: float) -> RunResult:
     if not (rd / "run.json").is_file():
         raise StochoptError(f"{rd} is not a run directory (no run.json)")
     run = read_json(rd / "run.json")
+    if run.get("baseline_cycles") is None:  # stopped during its setup: set it up again
+        m = _run_machine(run)
+        spec = load_spec(rd / "spec.py", run.get("name"))
+        state, start_text, baseline_text = _setup(rd, run, spec, m, started)
+        return supervise(rd, run, state, start_text, baseline_text, run.get("llm"), progress,
+                         started, 0.0)
     state = load_checkpoint(rd)
     if state.get("finished"):
         raise StochoptError(f"run {rd} already finished: it has nothing left to resume",
@@ -168,116 +246,35 @@ def _resume(rd: Path, budget_override, progress) -> RunResult:
                             f"{rd / 'spec.py'} --init {rd / 'best.leir'} --budget 10m")
     if state["elapsed_s"] >= run["budget_s"]:
         raise StochoptError(f"run {rd} has no budget left")
-    return _drive(rd, run, state, (rd / "best.leir").read_text(),
-                  (rd / "baseline.leir").read_text(), run.get("llm"), progress)
+    return supervise(rd, run, state, (rd / "best.leir").read_text(),
+                     (rd / "baseline.leir").read_text(), run.get("llm"), progress, started,
+                     state["elapsed_s"])
 
 
-def _drive(rd: Path, run: dict, state: dict, start_text: str, baseline_text: str,
-           llm: dict | None, progress) -> RunResult:
-    from stochopt.spec import load_spec as _load
-
-    m = load_machine(run["machine_name"]) if run["machine_name"] in PRESETS \
-        else _machine_from_run(run)
-    spec = _load(rd / "spec.py", run.get("name"))
-    started = time.time()
-    elapsed_before = state["elapsed_s"]
-    t0 = started - elapsed_before
-    deadline = started + (run["budget_s"] - elapsed_before)
-    quota = _quotas(run["max_proposals"], run["chains"], state)
-    previous = {c["index"]: c for c in state.get("chains", [])}
-    jobs = [Job(i, str(rd), str(rd / "spec.py"), run.get("name"), m, baseline_text, start_text,
-                run["seed"] * 1000 + i, run["arms"], run["config"], t0, deadline, quota[i],
-                previous.get(i), llm) for i in range(run["chains"])]
-    procs, outbox, inboxes, stop = start_workers(jobs)
-    stats = _Stats(run, state, t0)
-    stopped_by = {"why": "budget"}
-
-    def on_signal(signum, frame):
-        stopped_by["why"] = "interrupted"
-        stop.set()
-
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    log = EventLog(rd / "events.jsonl")
-    chain_states = dict(previous)
-    last_ckpt = time.time()
-    alive = len(procs)
-    try:
-        while alive:
-            try:
-                msg = outbox.get(timeout=0.1)
-            except queue.Empty:
-                msg = None
-            if msg is not None:
-                kind = msg[0]
-                if kind == "events":
-                    for e in msg[2]:
-                        log.write(e)
-                        stats.add(e)
-                elif kind == "best":
-                    _, index, text, cycles, facts = msg
-                    if cycles < stats.best_cycles:
-                        kernel = parse(text, m)
-                        _write_best(rd, kernel, spec, facts, m, "search", stats.elapsed(), index)
-                        stats.best_cycles = cycles
-                        stats.keep_best(text, cycles, facts, index)
-                        for q in inboxes:
-                            q.put(("best", text, cycles))
-                elif kind == "state":
-                    chain_states[msg[1]] = msg[2]
-                elif kind == "error":
-                    stats.errors.append(f"chain {msg[1]}: {msg[2]}")
-                elif kind == "done":
-                    alive -= 1
-            if run.get("max_cost") and stats.cost_usd >= run["max_cost"] and not stop.is_set():
-                stopped_by["why"] = "max_cost"
-                stop.set()
-            now = time.time()
-            if now - last_ckpt > 5.0:
-                log.flush()
-                _checkpoint(rd, stats, chain_states, finished=False)
-                last_ckpt = now
-            if progress is not None:
-                progress(stats.snapshot())
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-        stop.set()
-        for p in procs:
-            p.join(timeout=5)
-            if p.is_alive():
-                p.terminate()
-        log.close()
-    if stopped_by["why"] == "budget" and run.get("max_proposals") and \
-            stats.proposals >= run["max_proposals"]:
-        stopped_by["why"] = "max_proposals"
-    finished = stopped_by["why"] != "interrupted"
-    _checkpoint(rd, stats, chain_states, finished=finished)
-    if finished:
-        note = _recheck_best(rd, spec, m, run["seed"], baseline_text, stats.bests)
-        if note:
-            stats.notes.append(note)
-            stats.best_cycles = json.loads((rd / "best.json").read_text())["cycles"]
-            _checkpoint(rd, stats, chain_states, finished=True)
-    if stats.errors and stats.proposals == 0:
-        raise StochoptError("every chain failed: " + "; ".join(stats.errors[:3]))
-    return _result(rd, run, stats, m, stopped_by["why"])
-
-
-def _recheck_best(rd: Path, spec, machine, seed: int, baseline_text: str,
-                  earlier: list[dict]) -> str | None:
+def recheck_best(rd: Path, spec, machine, seed: int, baseline_text: str,
+                 earlier: list[dict], deadline: float | None = None) -> str | None:
     """The final best is checked once more with a fresh seed; the verdict goes in
     best.json. A kernel that fails here slipped through the full check: the next
     fastest earlier best that passes the same re-check takes its place (else the
-    baseline), so that best.leir keeps its promise; the returned note says so."""
-    best = json.loads((rd / "best.json").read_text())
+    baseline), so that best.leir keeps its promise; the returned note says so.
+    ``deadline`` (time.monotonic) bounds it: a re-check cut short is recorded as such."""
+    best = read_json(rd / "best.json")
     if best.get("source") == "start" or "recheck" in best:
         return None
     baseline = parse(baseline_text, machine)
+    seed = seed + 104729
 
     def recheck(kernel):
-        return check(kernel, spec, machine=machine, baseline=baseline, seed=seed + 104729)
+        return check(kernel, spec, machine=machine, baseline=baseline, seed=seed,
+                     deadline=deadline)
 
     verdict = recheck(parse((rd / "best.leir").read_text(), machine))
+    if verdict.interrupted:
+        write_json(rd / "best.json", {**best, "recheck": {
+            "finished": False, "seed": seed, "examples_done": verdict.examples}})
+        return ("the final re-check of the best kernel did not finish within the budget; "
+                f"run it with: stochopt verify {rd / 'best.leir'} --spec {rd / 'spec.py'} "
+                f"--seed {seed}")
     if verdict.equivalent:
         write_json(rd / "best.json", {**best, "recheck": verdict.to_json()})
         return None
@@ -295,97 +292,17 @@ def _recheck_best(rd: Path, spec, machine, seed: int, baseline_text: str,
                         entry["chain"], recheck=again.to_json())
             return f"{failed}; best.leir holds the fastest earlier best that passes it " \
                    f"({entry['cycles']} cycles)"
-    base_verdict = check(baseline, spec, machine=machine, baseline=baseline, seed=seed)
-    _write_best(rd, baseline, spec, base_verdict, machine, source="start")
+    base_verdict = check(baseline, spec, machine=machine, baseline=baseline, seed=seed,
+                         deadline=deadline)
+    _write_best(rd, baseline, spec, None if base_verdict.interrupted else base_verdict,
+                machine, source="start")
     return f"{failed}; no earlier best passes it, so best.leir is back to the baseline"
 
 
-def _machine_from_run(run: dict):
+def _run_machine(run: dict):
+    if run["machine_name"] in PRESETS:
+        return load_machine(run["machine_name"])
     from stochopt.backend.machine import machine_from_dict
     data = dict(run["machine"])
     data.pop("name", None)
     return machine_from_dict({**data, "name": run["machine_name"]}, run["machine_name"])
-
-
-def _quotas(max_proposals, chains: int, state: dict) -> list[int | None]:
-    if not max_proposals:
-        return [None] * chains
-    return [max_proposals // chains + (1 if i < max_proposals % chains else 0)
-            for i in range(chains)]
-
-
-def _checkpoint(rd: Path, stats, chain_states: dict, finished: bool) -> None:
-    save_checkpoint(rd, {"elapsed_s": round(stats.elapsed(), 3), "proposals": stats.proposals,
-                         "chains": [chain_states[i] for i in sorted(chain_states)],
-                         "finished": finished, "best_cycles": stats.best_cycles,
-                         "tokens": stats.tokens, "cost_usd": stats.cost_usd,
-                         "bests": stats.bests})
-
-
-def _result(rd: Path, run: dict, stats, machine, why: str) -> RunResult:
-    best = json.loads((rd / "best.json").read_text())
-    base = run["baseline_cycles"]
-    roof = run["roofline_cycles"]
-    return RunResult(str(rd), run["spec"], machine.name, base, best["cycles"],
-                     round(base / best["cycles"], 4), roof, round(roof / best["cycles"], 4),
-                     str(rd / "best.leir"), stats.proposals, stats.accepted,
-                     bool(best["verdict"]["equivalent"]), round(stats.elapsed(), 2),
-                     run["budget_s"], why, stats.tokens, round(stats.cost_usd, 6),
-                     list(stats.errors), list(stats.notes))
-
-
-KEEP_BESTS = 5  # verified bests the checkpoint keeps for the final re-check to fall back on
-
-
-class _Stats:
-    """Running totals the display, the checkpoint and the result read."""
-
-    def __init__(self, run: dict, state: dict, t0: float) -> None:
-        self.run, self.t0 = run, t0
-        self.proposals = state.get("proposals", 0)
-        self.accepted = 0
-        self.best_cycles = state.get("best_cycles", run["baseline_cycles"])
-        self.tokens = state.get("tokens", 0)
-        self.cost_usd = state.get("cost_usd", 0.0)
-        self.by_proposer: dict[str, dict[str, int]] = {}
-        self.errors: list[str] = []
-        self.llm_error: str | None = None  # the last failed LLM request, until one works
-        self.recent: list[float] = []
-        self.bests: list[dict] = list(state.get("bests", []))  # the last verified bests
-        self.notes: list[str] = []
-
-    def keep_best(self, text: str, cycles: int, verdict: dict, chain: int) -> None:
-        """Remember a few verified bests: the final re-check falls back on them."""
-        self.bests = self.bests[-(KEEP_BESTS - 1):] + [
-            {"cycles": cycles, "text": text, "verdict": verdict, "t": self.elapsed(),
-             "chain": chain}]
-
-    def elapsed(self) -> float:
-        return time.time() - self.t0
-
-    def add(self, e: dict) -> None:
-        self.proposals += 1
-        if e["outcome"] in ("accepted", "best"):
-            self.accepted += 1
-        self.tokens += e.get("tokens") or 0
-        self.cost_usd += e.get("cost_usd") or 0.0
-        if e["proposer"] == "llm" and e.get("move") != "no_reply":
-            self.llm_error = e["error"] if e.get("move") == "request_failed" else None
-        counts = self.by_proposer.setdefault(e["proposer"], {})
-        counts[e["outcome"]] = counts.get(e["outcome"], 0) + 1
-        self.recent.append(time.time())
-
-    def snapshot(self) -> dict:
-        now = time.time()
-        self.recent = [t for t in self.recent if now - t < 5.0]
-        base = self.run["baseline_cycles"]
-        return {"spec": self.run["spec"], "elapsed_s": self.elapsed(),
-                "budget_s": self.run["budget_s"], "proposals": self.proposals,
-                "rate": len(self.recent) / 5.0, "accepted": self.accepted,
-                "best_cycles": self.best_cycles, "baseline_cycles": base,
-                "speedup": base / self.best_cycles,
-                "roofline_share": self.run["roofline_cycles"] / self.best_cycles,
-                "bound_share": self.run.get("bound_cycles", 0) / self.best_cycles,
-                "by_proposer": self.by_proposer, "tokens": self.tokens,
-                "cost_usd": self.cost_usd,
-                "errors": self.errors + ([self.llm_error] if self.llm_error else [])}

@@ -10,7 +10,7 @@ verifier.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from stochopt.errors import StochoptError
@@ -20,6 +20,7 @@ from stochopt.leir.rules import Const, make_layout
 from stochopt.leir.types import TensorType
 from stochopt.search.edit import common_subexpressions, insert, rebuild, replace_uses, shifted
 from stochopt.search.tiling import tile_output, where_tile_output
+from stochopt.search.weights import weighted_choice
 
 LAYOUT_OPS = ("load", "relayout", "full")
 
@@ -421,12 +422,13 @@ def apply_rule(r: Rule, kernel: Kernel, site, machine, rng: random.Random | None
     return r.apply(kernel, site, machine)
 
 
-def propose_rewrite(kernel: Kernel, rng: random.Random, machine) -> tuple[str, Kernel | None]:
-    """Apply a random rule at a random place where it applies."""
+def propose_rewrite(kernel: Kernel, rng: random.Random, machine,
+                    weights: Mapping[str, float] | None = None) -> tuple[str, Kernel | None]:
+    """Apply a random rule (drawn by weight among those that apply) at a random place."""
     applicable = [(r, s) for r in RULES for s in [r.find(kernel)] if s]
     if not applicable:
         return "none", None
-    r, sites = rng.choice(applicable)
+    r, sites = weighted_choice(rng, applicable, [r.name for r, _ in applicable], weights)
     try:
         return r.name, apply_rule(r, kernel, rng.choice(sites), machine, rng)
     except StochoptError as e:

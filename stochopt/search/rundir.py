@@ -1,11 +1,11 @@
 """The run directory: everything a run found and did, safe against kill -9.
 
     run.json  spec.py  baseline.leir  best.leir  best.json  events.jsonl
-    checkpoint.json  counterexamples/  llm/
+    checkpoint.json  counterexamples/  llm/  unproved.leir (when there is one)
 
-best.leir only ever holds a fully verified kernel: it is written to a temporary file,
-fsynced and renamed over the old one, so a kill at any moment leaves a kernel that
-verifies.
+best.leir only ever holds a proved kernel (or the starting kernel while its own check
+runs, as best.json says): it is written to a temporary file, fsynced and renamed over
+the old one, so a kill at any moment leaves a kernel that verifies.
 """
 
 from __future__ import annotations

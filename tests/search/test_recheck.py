@@ -11,7 +11,7 @@ from stochopt.backend.cost import cost
 from stochopt.backend.machine import MNCORE2
 from stochopt.leir import parse, render
 from stochopt.lower import lower
-from stochopt.search.optimize import _recheck_best, _write_best
+from stochopt.search.optimize import _write_best, recheck_best
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = (ROOT / "docs" / "examples" / "softmax_fast.leir").read_text().replace(
@@ -39,7 +39,7 @@ def entry(text: str) -> dict:
 def test_a_best_failing_its_recheck_gives_way_to_the_fastest_earlier_best(run_dir):
     rd, spec, baseline = run_dir
     wrong_cycles = json.loads((rd / "best.json").read_text())["cycles"]
-    note = _recheck_best(rd, spec, MNCORE2, 0, baseline,
+    note = recheck_best(rd, spec, MNCORE2, 0, baseline,
                          [entry(FAST), entry(baseline), entry(WRONG)])
     assert note.startswith(f"the best kernel ({wrong_cycles} cycles) failed its final "
                            "re-check")
@@ -53,7 +53,7 @@ def test_a_best_failing_its_recheck_gives_way_to_the_fastest_earlier_best(run_di
 
 def test_with_no_earlier_best_that_passes_the_baseline_comes_back(run_dir):
     rd, spec, baseline = run_dir
-    note = _recheck_best(rd, spec, MNCORE2, 0, baseline, [entry(WRONG)])
+    note = recheck_best(rd, spec, MNCORE2, 0, baseline, [entry(WRONG)])
     assert note.endswith("no earlier best passes it, so best.leir is back to the baseline")
     assert parse((rd / "best.leir").read_text()) == parse(baseline)
     assert json.loads((rd / "best.json").read_text())["source"] == "start"

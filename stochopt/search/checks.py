@@ -1,0 +1,239 @@
+"""Full checks beside the chains: a pool of check workers fed by the main process.
+
+A chain hands over a kernel that passed its screening inputs and is faster than the
+best known, and goes on from it at once. The main process keeps the candidates waiting
+for their full check, fastest first, and gives each idle check worker the fastest one
+that could still become the best. A verdict settles the candidate's event:
+
+- ``best``: proved; it becomes best.leir, and every slower candidate still waiting is
+  moot (it stays ``accepted``: the chain moved to it, nothing more);
+- ``wrong``: refuted; the counterexample goes back to the chain that found it, and the
+  global best the chains aim at rolls back to the last proved kernel (or to a faster
+  candidate still waiting);
+- ``unproved``: the run ended before its check did (see docs/search.md).
+
+The starting kernel is checked the same way, as the slowest candidate, so that the
+search never waits for it. A check gives way (SIGUSR1; it is queued again) when no
+worker is free and a candidate waits that is faster than the starting kernel's or 10%
+faster than the one being checked: a proved faster kernel makes it moot.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import os
+import queue
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stochopt.backend.machine import load_machine
+from stochopt.leir.parser import parse
+
+START = "start"  # the check id of the starting kernel's own check
+GIVE_WAY_RATIO = 0.9  # a check gives way to a waiting candidate at least 10% faster
+
+
+@dataclass
+class CheckerJob:
+    """What a check worker needs, as plain data (it crosses a process boundary)."""
+    index: int
+    run_dir: str
+    spec_path: str
+    spec_name: str | None
+    machine: object
+    baseline_text: str
+    examples: int
+    deadline: float             # wall-clock time at which every check stops
+
+
+@dataclass(order=True)
+class Pending:
+    """A candidate waiting for (or under) its full check."""
+    cycles: int
+    check_id: str = field(compare=False)
+    chain: int | None = field(compare=False)
+    text: str = field(compare=False)
+    seed: int = field(compare=False)
+    event: dict | None = field(compare=False, default=None)  # held until the verdict
+    t: float = field(compare=False, default=0.0)             # when it was found
+
+    def to_json(self) -> dict:
+        return {"cycles": self.cycles, "check_id": self.check_id, "chain": self.chain,
+                "text": self.text, "seed": self.seed, "event": self.event, "t": self.t}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Pending:
+        return cls(**data)
+
+
+def check_worker(job: CheckerJob, inbox, outbox, stop) -> None:
+    """Check candidates the main process sends until told to stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    parent = os.getppid()
+    from threadpoolctl import threadpool_limits
+    threadpool_limits(1)
+    try:
+        _check_loop(job, inbox, outbox, stop, parent)
+    except BaseException as e:  # a dying worker must say why, never hang the run
+        outbox.put(("check_error", job.index, f"{type(e).__name__}: {e}"))
+    finally:
+        outbox.put(("check_done", job.index))
+
+
+class MovableDeadline:
+    """A check's deadline (time.monotonic) that a signal can bring forward. check()
+    compares ``time.monotonic() > deadline`` before each example; float's comparison
+    gives way to this object's reflected one. (Raising from the signal handler instead
+    is unsafe: a signal that lands in a gc callback has its exception swallowed.)"""
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+
+    def __lt__(self, now: float) -> bool:  # now > deadline
+        return now > self.at
+
+    def __gt__(self, now: float) -> bool:  # now < deadline
+        return now < self.at
+
+
+def _check_loop(job: CheckerJob, inbox, outbox, stop, parent) -> None:
+    from stochopt.spec import load_spec
+    from stochopt.verify.check import check
+
+    machine = load_machine(job.machine)
+    spec = load_spec(job.spec_path, job.spec_name)
+    baseline = parse(job.baseline_text, machine)
+    run_deadline = time.monotonic() + (job.deadline - time.time())
+    deadline = MovableDeadline(run_deadline)
+
+    def give_way(signum, frame):  # the main process wants this worker for a candidate
+        deadline.at = -math.inf
+
+    signal.signal(signal.SIGUSR1, give_way)
+    while not stop.is_set():
+        try:
+            item = inbox.get(timeout=0.2)
+        except queue.Empty:
+            if os.getppid() != parent:
+                return
+            continue
+        if item is None:
+            return
+        check_id, text, seed = item
+        deadline.at = run_deadline  # a give-way signal between checks is stale: dropped
+        verdict = check(parse(text, machine), spec, examples=job.examples, seed=seed,
+                        machine=machine, baseline=baseline, deadline=deadline)
+        path = None
+        if verdict.counterexample is not None:
+            path = verdict.counterexample.save(
+                Path(job.run_dir) / "counterexamples" / f"check-{check_id}.npz")
+        facts = verdict.to_json()
+        if verdict.counterexample is not None:
+            facts["description"] = verdict.counterexample.describe()
+        outbox.put(("verdict", job.index, check_id, facts, verdict.interrupted, path))
+
+
+class CheckPool:
+    """The main process's side: candidates waiting, workers busy, and what to do next."""
+
+    def __init__(self, ctx, jobs: list[CheckerJob], outbox) -> None:
+        self.waiting: list[Pending] = []            # a heap, fastest first
+        self.running: dict[int, Pending] = {}       # worker index -> its candidate
+        self.started: dict[int, float] = {}         # worker index -> when it began
+        self.longest_check_s = 0.0                  # the slowest check seen so far
+        self.preempted: set[int] = set()            # workers told to drop START
+        self.stop = ctx.Event()
+        self.inboxes = [ctx.Queue() for _ in jobs]
+        self.procs = [ctx.Process(target=check_worker, args=(j, self.inboxes[j.index], outbox,
+                                                             self.stop), daemon=True,
+                                  name=f"stochopt-check-{j.index}") for j in jobs]
+        self.alive = len(self.procs)
+        for p in self.procs:
+            p.start()
+
+    def add(self, pending: Pending) -> None:
+        heapq.heappush(self.waiting, pending)
+
+    def fastest(self) -> Pending | None:
+        """The fastest candidate not yet decided (waiting or being checked)."""
+        every = self.waiting[:1] + list(self.running.values())
+        return min(every, default=None)
+
+    def busy(self) -> bool:
+        return bool(self.running)
+
+    def dispatch(self, proved_cycles: float) -> list[Pending]:
+        """Start the fastest waiting candidates on idle workers; return the waiting ones
+        a proved kernel has made moot (no faster than it)."""
+        moot = [p for p in self.waiting if p.cycles >= proved_cycles]
+        if moot:
+            self.waiting = [p for p in self.waiting if p.cycles < proved_cycles]
+            heapq.heapify(self.waiting)
+        if self.alive:
+            for index in range(len(self.procs)):
+                if index in self.running or not self.waiting or \
+                        not self.procs[index].is_alive():
+                    continue
+                pending = heapq.heappop(self.waiting)
+                self.running[index] = pending
+                self.started[index] = time.time()
+                self.inboxes[index].put((pending.check_id, pending.text, pending.seed))
+        return moot
+
+    def make_way(self) -> None:
+        """When every worker is busy and a candidate waits that is much faster than one
+        being checked (or any faster than the starting kernel), that check gives way: it
+        is queued again, and is moot if the faster one is proved. The 10% step bounds the
+        work thrown away to a few checks per run."""
+        if not self.waiting or len(self.running) < len(self.procs):
+            return
+        fastest = self.waiting[0].cycles
+        slowest = max((p for i, p in self.running.items() if i not in self.preempted),
+                      default=None)
+        if slowest is None:
+            return
+        if slowest.check_id == START or fastest <= GIVE_WAY_RATIO * slowest.cycles:
+            index = next(i for i, p in self.running.items() if p is slowest)
+            self.preempted.add(index)
+            self._give_way(index)
+
+    def _give_way(self, index: int) -> None:
+        try:
+            os.kill(self.procs[index].pid, signal.SIGUSR1)
+        except (ProcessLookupError, TypeError):  # it has exited (or never started)
+            pass
+
+    def finish(self, worker: int, check_id: str, interrupted: bool) -> Pending | None:
+        """The candidate a verdict is about (None for a stale verdict, or for a check that
+        gave way: it waits again)."""
+        pending = self.running.get(worker)
+        if pending is None or pending.check_id != check_id:
+            return None
+        del self.running[worker]
+        if worker in self.preempted:
+            self.preempted.discard(worker)
+            if interrupted:  # else it finished before the signal came: keep its verdict
+                self.add(pending)
+                self.started.pop(worker, None)
+                return None
+        self.longest_check_s = max(self.longest_check_s,
+                                   time.time() - self.started.pop(worker))
+        return pending
+
+    def undecided(self) -> list[Pending]:
+        """Every candidate without a verdict, fastest first (at the end of a run)."""
+        return sorted(self.waiting + list(self.running.values()))
+
+    def close(self) -> None:
+        self.stop.set()
+        for index in self.running:  # stop at the next example, not at the deadline
+            self._give_way(index)
+        for q in self.inboxes:
+            q.put(None)
+        for p in self.procs:
+            p.join(timeout=2)
+            if p.is_alive():
+                p.terminate()

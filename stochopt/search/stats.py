@@ -1,0 +1,65 @@
+"""Running totals of a run, kept by the main process: the live display, the checkpoint
+and the result read them."""
+
+from __future__ import annotations
+
+import time
+
+KEEP_BESTS = 5  # verified bests the checkpoint keeps for the final re-check to fall back on
+
+
+class RunStats:
+    """Running totals the display, the checkpoint and the result read."""
+
+    def __init__(self, run: dict, state: dict, t0: float) -> None:
+        self.run, self.t0 = run, t0
+        self.proposals = state.get("proposals", 0)
+        self.accepted = 0
+        self.best_cycles = state.get("best_cycles", run["baseline_cycles"])
+        self.tokens = state.get("tokens", 0)
+        self.cost_usd = state.get("cost_usd", 0.0)
+        self.by_proposer: dict[str, dict[str, int]] = {}
+        self.errors: list[str] = []
+        self.llm_error: str | None = None  # the last failed LLM request, until one works
+        self.recent: list[float] = []
+        self.bests: list[dict] = list(state.get("bests", []))  # the last verified bests
+        self.notes: list[str] = []
+        self.checking = 0      # candidates waiting for or under their full check
+        self.fastest_found: int | None = None  # the fastest of them
+
+    def keep_best(self, text: str, cycles: int, verdict: dict, chain: int) -> None:
+        """Remember a few verified bests: the final re-check falls back on them."""
+        self.bests = self.bests[-(KEEP_BESTS - 1):] + [
+            {"cycles": cycles, "text": text, "verdict": verdict, "t": self.elapsed(),
+             "chain": chain}]
+
+    def elapsed(self) -> float:
+        return time.time() - self.t0
+
+    def add(self, e: dict) -> None:
+        self.proposals += 1
+        if e["outcome"] in ("accepted", "best"):
+            self.accepted += 1
+        self.tokens += e.get("tokens") or 0
+        self.cost_usd += e.get("cost_usd") or 0.0
+        if e["proposer"] == "llm" and e.get("move") != "no_reply":
+            self.llm_error = e["error"] if e.get("move") == "request_failed" else None
+        counts = self.by_proposer.setdefault(e["proposer"], {})
+        counts[e["outcome"]] = counts.get(e["outcome"], 0) + 1
+        self.recent.append(time.time())
+
+    def snapshot(self) -> dict:
+        now = time.time()
+        self.recent = [t for t in self.recent if now - t < 5.0]
+        base = self.run["baseline_cycles"]
+        return {"spec": self.run["spec"], "elapsed_s": self.elapsed(),
+                "budget_s": self.run["budget_s"], "proposals": self.proposals,
+                "rate": len(self.recent) / 5.0, "accepted": self.accepted,
+                "best_cycles": self.best_cycles, "baseline_cycles": base,
+                "speedup": base / self.best_cycles,
+                "roofline_share": self.run["roofline_cycles"] / self.best_cycles,
+                "bound_share": (self.run.get("bound_cycles") or 0) / self.best_cycles,
+                "by_proposer": self.by_proposer, "tokens": self.tokens,
+                "cost_usd": self.cost_usd, "checking": self.checking,
+                "fastest_found": self.fastest_found,
+                "errors": self.errors + ([self.llm_error] if self.llm_error else [])}

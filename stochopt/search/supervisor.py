@@ -1,0 +1,383 @@
+"""The main process of a run: chains and check workers beside it, the run directory in
+its hands, the budget on its clock.
+
+The budget is wall time from the start of optimize() to its return. The search part ends
+``reserve`` seconds before the deadline (see ``finish_reserve``): the chains stop, the
+checks still running get the reserve to finish (the chains' cores are free by then), and
+what is left of it goes to the final re-check of the best. Every check stops at the
+deadline, so the run ends within a second or two of its budget; a faster kernel whose
+check did not finish is kept as unproved.leir and named in best.json, the summary and
+the report.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing as mp
+import queue
+import signal
+import time
+from pathlib import Path
+
+from stochopt.errors import StochoptError
+from stochopt.leir.parser import parse
+from stochopt.search.checks import START, CheckerJob, CheckPool, Pending
+from stochopt.search.driver import Job, RunResult, save_checkpoint, start_workers
+from stochopt.search.rundir import EventLog, read_json, write_json
+from stochopt.search.stats import RunStats
+from stochopt.search.values import Proofs
+
+RESERVE_SHARE = 0.2     # the most of a budget kept back for the checks at its end
+RESERVE_FLOOR_S = 2.0   # ... and the least (unless the budget is shorter)
+RESERVE_CHECKS = 2.0    # the reserve holds this many of the slowest check seen so far
+CHECKPOINT_S = 5.0
+
+
+def finish_reserve(budget_s: float, longest_check_s: float) -> float:
+    """Seconds of the budget kept back at its end for the last checks and the re-check:
+    enough for two of the slowest check seen so far (one to finish, the re-check), never
+    more than a fifth of the budget; a fifth until a check has been timed."""
+    most = RESERVE_SHARE * budget_s
+    if longest_check_s <= 0:
+        return most
+    return min(most, max(RESERVE_FLOOR_S, RESERVE_CHECKS * longest_check_s))
+
+
+def supervise(rd: Path, run: dict, state: dict, start_text: str, baseline_text: str,
+              llm: dict | None, progress, started: float, previous_s: float) -> RunResult:
+    """Run the chains and the checks until the budget is spent; finish and report."""
+    from stochopt.search.optimize import _run_machine
+    from stochopt.spec import load_spec
+
+    machine = _run_machine(run)
+    spec = load_spec(rd / "spec.py", run.get("name"))
+    # the run's clock started when this session did, less the sessions before a resume
+    t0 = started - previous_s
+    deadline = t0 + run["budget_s"]
+    run_state = _RunState(rd, run, state, spec, machine, t0, deadline)
+    quota = _quotas(run["max_proposals"], run["chains"])
+    previous = {c["index"]: c for c in state.get("chains", [])}
+    workers = run.get("check_workers", 0)
+    jobs = [Job(i, str(rd), str(rd / "spec.py"), run.get("name"), machine, baseline_text,
+                start_text, run["seed"] * 1000 + i, run["arms"], run["config"], t0, deadline,
+                quota[i], previous.get(i), llm, checks_in_pool=workers > 0)
+            for i in range(run["chains"])]
+    procs, outbox, inboxes, stop = start_workers(jobs)
+    run_state.inboxes = inboxes
+    if workers:
+        examples = run["config"].get("full_examples", 200)
+        run_state.pool = CheckPool(mp.get_context("fork"), [
+            CheckerJob(i, str(rd), str(rd / "spec.py"), run.get("name"), machine,
+                       baseline_text, examples, deadline) for i in range(workers)], outbox)
+        run_state.queue_start_and_pending(start_text)
+    stopped = {"signal": None, "why": "budget"}
+
+    def on_signal(signum, frame):
+        stopped.update(signal=signum, why="interrupted")
+        stop.set()
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    alive = len(procs)
+    try:
+        while True:
+            try:
+                message = outbox.get(timeout=0.1)
+            except queue.Empty:
+                message = None
+            if message is not None and message[0] == "done":
+                alive -= 1
+                if alive == 0 and not stop.is_set() and run.get("max_proposals"):
+                    stopped["why"] = "max_proposals"  # every chain made its quota
+            elif message is not None:
+                run_state.take(message)
+            now = time.time()
+            if not stop.is_set():
+                if run_state.fatal:
+                    stopped["why"] = "error"
+                    stop.set()
+                elif run.get("max_cost") and run_state.stats.cost_usd >= run["max_cost"]:
+                    stopped["why"] = "max_cost"
+                    stop.set()
+                elif now >= deadline - finish_reserve(run["budget_s"],
+                                                      run_state.longest_check_s()):
+                    stop.set()  # the search part is over; the checks go on
+            if alive == 0 and (stopped["why"] in ("interrupted", "error")
+                               or not run_state.checks_left() or now >= deadline):
+                break
+            run_state.dispatch()
+            if now - run_state.last_checkpoint > CHECKPOINT_S:
+                run_state.checkpoint(finished=False)
+            if progress is not None:
+                progress(run_state.stats.snapshot())
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        stop.set()
+        for p in procs:
+            p.join(timeout=5)
+            if p.is_alive():
+                p.terminate()
+        if run_state.pool is not None:
+            run_state.pool.close()
+    try:
+        if run_state.fatal:
+            run_state.checkpoint(finished=False)
+            raise StochoptError(run_state.fatal[0], hint=run_state.fatal[1])
+        if run_state.stats.errors and run_state.stats.proposals == 0:
+            raise StochoptError("every chain failed: " + "; ".join(run_state.stats.errors[:3]))
+        return run_state.finish(stopped["why"], stopped["signal"], baseline_text)
+    finally:
+        run_state.log.close()
+
+
+class _RunState:
+    """What the main process knows and holds: the proved best, the candidates waiting
+    for a verdict, the events, the chains' states."""
+
+    def __init__(self, rd: Path, run: dict, state: dict, spec, machine, t0: float,
+                 deadline: float) -> None:
+        self.rd, self.run, self.spec, self.machine = rd, run, spec, machine
+        self.deadline = deadline
+        self.stats = RunStats(run, state, t0)
+        self.log = EventLog(rd / "events.jsonl")
+        self.chain_states = {c["index"]: c for c in state.get("chains", [])}
+        self.saved_pending = [Pending.from_json(p) for p in state.get("pending", [])]
+        self.pool: CheckPool | None = None
+        self.inboxes: list = []
+        best = read_json(rd / "best.json")
+        proved = best.get("verdict") is not None
+        self.proved_cycles: float = best["cycles"] if proved else math.inf
+        self.proved_text = (rd / "best.leir").read_text()
+        self.start_cycles = best["cycles"]
+        self.announced: tuple[int, str] | None = None
+        self.unproved: list[dict] = []   # candidates whose check was cut by the deadline
+        self.fatal: tuple[str, str] | None = None
+        self.last_checkpoint = time.time()
+        self.proofs = Proofs()  # value graphs proved in this session, by any chain
+
+    # -- the pool ---------------------------------------------------------------------
+    def queue_start_and_pending(self, start_text: str) -> None:
+        if self.proved_cycles == math.inf:  # the starting kernel's own check
+            self.pool.add(Pending(self.start_cycles, START, None, start_text,
+                                  self.run["seed"]))
+        for pending in self.saved_pending:  # candidates an interrupted session left
+            self.pool.add(pending)
+        self._announce()
+
+    def longest_check_s(self) -> float:
+        return self.pool.longest_check_s if self.pool is not None else 0.0
+
+    def checks_left(self) -> bool:
+        return self.pool is not None and self.pool.fastest() is not None and \
+            self.pool.fastest().cycles < self.proved_cycles
+
+    def dispatch(self) -> None:
+        if self.pool is None:
+            return
+        self.pool.make_way()
+        for moot in self.pool.dispatch(self.proved_cycles):
+            self._settle(moot, "accepted", "a faster kernel was proved before its check")
+        undecided = self.pool.undecided()
+        self.stats.checking = len(undecided)
+        self.stats.fastest_found = undecided[0].cycles if undecided else None
+
+    def _announce(self) -> None:
+        """Tell every chain the best to beat: the fastest kernel proved or waiting (which
+        may be slower than the last one announced, when that one was refuted)."""
+        targets = [(self.proved_cycles, self.proved_text, True)]
+        fastest = self.pool.fastest() if self.pool is not None else None
+        if fastest is not None:
+            targets.append((fastest.cycles, fastest.text, False))
+        target = min(targets, key=lambda target: target[0])
+        if target[0] == math.inf:
+            return
+        if self.announced != target[:2]:
+            self.announced = target[:2]
+            for inbox in self.inboxes:
+                inbox.put(("best", target[1], target[0], target[2]))
+
+    # -- messages ---------------------------------------------------------------------
+    def take(self, message: tuple) -> None:
+        kind = message[0]
+        if kind == "events":
+            for event in message[2]:
+                self._log(event)
+        elif kind == "candidate":
+            _, chain, check_id, text, cycles, seed, event = message
+            self._candidate(Pending(cycles, check_id, chain, text, seed, event, event["t"]))
+        elif kind == "verdict":
+            self._verdict(*message[1:])
+        elif kind == "best":  # proved on the chain's path, or proved earlier
+            _, chain, text, cycles, facts = message
+            self._proved(text, cycles, facts, chain)
+            if self.pool is not None:
+                self._announce()
+        elif kind == "state":
+            self.chain_states[message[1]] = message[2]
+        elif kind in ("error", "check_error"):
+            who = "chain" if kind == "error" else "check worker"
+            self.stats.errors.append(f"{who} {message[1]}: {message[2]}")
+
+    def _log(self, event: dict) -> None:
+        self.log.write(event)
+        self.stats.add(event)
+
+    def _candidate(self, pending: Pending) -> None:
+        fastest = self.pool.fastest()
+        if pending.cycles >= min(self.proved_cycles,
+                                 fastest.cycles if fastest else math.inf):
+            # another chain got there first: the chain moved to it, nothing more
+            self._settle(pending, "accepted", "a kernel as fast was already found")
+            return
+        facts = self.proofs.earlier(parse(pending.text, self.machine))
+        if facts is not None:  # the same values as a kernel proved before: no new check
+            pending.event.update(outcome="best", proved_earlier=facts["value_graph"])
+            pending.event.pop("check", None)
+            self._log(pending.event)
+            self._proved(pending.text, pending.cycles, facts, pending.chain, pending.t)
+            self._announce()
+            return
+        self.pool.add(pending)
+        self._announce()
+
+    def _verdict(self, worker: int, check_id: str, facts: dict, interrupted: bool,
+                 path: str | None) -> None:
+        pending = self.pool.finish(worker, check_id, interrupted)
+        if pending is None:
+            return
+        if check_id == START:
+            self._start_verdict(pending, facts, interrupted)
+        elif facts["equivalent"]:
+            pending.event["outcome"] = "best"
+            self._log(pending.event)
+            facts = self.proofs.record(parse(pending.text, self.machine), facts)
+            self._proved(pending.text, pending.cycles, facts, pending.chain, pending.t)
+        elif interrupted:
+            self._cut(pending)
+        else:
+            self._settle(pending, "wrong", facts.get("description"), counterexample=True)
+            self.inboxes[pending.chain].put(("refuted", path))
+        self._announce()
+
+    def _start_verdict(self, pending: Pending, facts: dict, interrupted: bool) -> None:
+        from stochopt.search.optimize import _write_best
+        if interrupted:
+            best = read_json(self.rd / "best.json")
+            if best.get("source") == "start":
+                write_json(self.rd / "best.json", {**best, "proof": "unfinished"})
+        elif not facts["equivalent"]:
+            self.fatal = (f"the starting kernel is not equivalent to spec {self.spec.name}: "
+                          f"{facts.get('description')}",
+                          "fix the --init kernel" if self.run.get("init")
+                          else "this is a lowering bug: please report it")
+        elif self.proved_cycles == math.inf:
+            _write_best(self.rd, parse(pending.text, self.machine), self.spec, facts,
+                        self.machine, "start")
+            self.proved_cycles = pending.cycles
+
+    def _proved(self, text: str, cycles: int, facts: dict, chain: int,
+                t: float | None = None) -> None:
+        from stochopt.search.optimize import _write_best
+        if cycles >= self.proved_cycles:
+            return
+        t = self.stats.elapsed() if t is None else t
+        _write_best(self.rd, parse(text, self.machine), self.spec, facts, self.machine,
+                    "search", t, chain)
+        self.proved_cycles, self.proved_text = cycles, text
+        self.stats.best_cycles = cycles
+        self.stats.keep_best(text, cycles, facts, chain)
+        if self.pool is None:
+            for inbox in self.inboxes:
+                inbox.put(("best", text, cycles, True))
+
+    def _settle(self, pending: Pending, outcome: str, error: str | None,
+                counterexample: bool = False) -> None:
+        if pending.event is None:
+            return  # the starting kernel's check has no event
+        pending.event.update(outcome=outcome, error=error)
+        pending.event.pop("check", None)
+        if counterexample:
+            pending.event["counterexample"] = True
+        self._log(pending.event)
+
+    def _cut(self, pending: Pending, why: str = "its full check did not finish before "
+             "the run ended") -> None:
+        self.unproved.append({"cycles": pending.cycles, "text": pending.text,
+                              "chain": pending.chain, "t": pending.t, "why": why})
+        self._settle(pending, "unproved", why)
+
+    # -- the end ----------------------------------------------------------------------
+    def checkpoint(self, finished: bool, pending: list[Pending] | None = None,
+                   stopped_by: str | None = None) -> None:
+        """checkpoint.json: the chains' states and the candidates still undecided (a
+        resumed run checks them first)."""
+        waiting = self.pool.undecided() if pending is None and self.pool else pending or []
+        save_checkpoint(self.rd, {
+            "elapsed_s": round(self.stats.elapsed(), 3), "proposals": self.stats.proposals,
+            "chains": [self.chain_states[i] for i in sorted(self.chain_states)],
+            "finished": finished, "best_cycles": self.stats.best_cycles,
+            "tokens": self.stats.tokens, "cost_usd": self.stats.cost_usd,
+            "bests": self.stats.bests, "stopped_by": stopped_by,
+            "pending": [p.to_json() for p in waiting if p.check_id != START]})
+        self.log.flush()
+        self.last_checkpoint = time.time()
+
+    def finish(self, why: str, signum: int | None, baseline_text: str) -> RunResult:
+        """Settle every undecided candidate, checkpoint, re-check the best (within the
+        budget) and name a faster unproved kernel."""
+        from stochopt.search.optimize import recheck_best
+        undecided = self.pool.undecided() if self.pool is not None else []
+        interrupted = why == "interrupted"
+        for pending in undecided:
+            if pending.check_id == START:
+                self._start_verdict(pending, {}, True)
+            elif pending.cycles >= self.proved_cycles:
+                self._settle(pending, "accepted", "a faster kernel was proved before its "
+                             "check")
+            elif not interrupted:  # an interrupted run keeps them for --resume
+                self._cut(pending, "the run ended before its full check finished")
+        keep = [p for p in undecided if interrupted and p.check_id != START
+                and p.cycles < self.proved_cycles]
+        self.checkpoint(finished=not interrupted, pending=keep, stopped_by=why)
+        if interrupted:
+            self.unproved += [{"cycles": p.cycles, "text": p.text, "chain": p.chain, "t": p.t,
+                               "why": "the run was interrupted before its full check "
+                               "finished"} for p in keep]
+        else:
+            left = self.deadline - time.time()
+            note = recheck_best(self.rd, self.spec, self.machine, self.run["seed"],
+                                baseline_text, self.stats.bests,
+                                deadline=time.monotonic() + max(0.0, left))
+            if note:
+                self.stats.notes.append(note)
+                self.stats.best_cycles = read_json(self.rd / "best.json")["cycles"]
+        return self._result(why, signum)
+
+    def _result(self, why: str, signum: int | None) -> RunResult:
+        from stochopt.search.optimize import write_unproved
+        best = read_json(self.rd / "best.json")
+        found = min(self.unproved, key=lambda u: u["cycles"], default=None)
+        record = None
+        if found is not None and found["cycles"] < best["cycles"]:
+            record = write_unproved(self.rd, found, best["cycles"])
+        if best.get("proof") is not None:
+            self.stats.notes.append("the starting kernel's own full check did not finish "
+                                    "within the budget: best.leir is unproved")
+        run, stats = self.run, self.stats
+        base, roof = run["baseline_cycles"], run["roofline_cycles"]
+        return RunResult(
+            str(self.rd), run["spec"], self.machine.name, base, best["cycles"],
+            round(base / best["cycles"], 4), roof, round(roof / best["cycles"], 4),
+            str(self.rd / "best.leir"), stats.proposals, stats.accepted,
+            best.get("verdict") is not None and bool(best["verdict"]["equivalent"]),
+            round(stats.elapsed(), 2), run["budget_s"], why, stats.tokens,
+            round(stats.cost_usd, 6), list(stats.errors), list(stats.notes),
+            record["cycles"] if record else None, record["path"] if record else None, signum)
+
+
+def _quotas(max_proposals, chains: int) -> list[int | None]:
+    if not max_proposals:
+        return [None] * chains
+    return [max_proposals // chains + (1 if i < max_proposals % chains else 0)
+            for i in range(chains)]
+

@@ -1,0 +1,53 @@
+"""Move weights as data, as STOKE weighs its transforms: how often each mutation move
+and rewrite rule is drawn when its proposer is chosen.
+
+A weight is relative within its proposer: {"swap": 3} makes swap three times as likely
+as any other mutation move; 0 turns a move off; a name left out weighs 1. The weights
+live in ChainConfig.move_weights, so run.json records them with the rest of the config.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping, Sequence
+from typing import TypeVar
+
+from stochopt.errors import StochoptError
+
+T = TypeVar("T")
+
+
+def weighted_choice(rng: random.Random, items: Sequence[T], names: Sequence[str],
+                    weights: Mapping[str, float] | None) -> T:
+    """One of items, drawn by the weight of its name (uniform when no weights are set,
+    with the same draws as rng.choice, so seeded runs stay as they were)."""
+    if not weights:
+        return rng.choice(items)
+    mass = [weights.get(n, 1.0) for n in names]
+    if not any(mass):
+        return rng.choice(items)  # every applicable move is off: keep the chain moving
+    return rng.choices(items, mass)[0]
+
+
+def known_moves() -> set[str]:
+    from stochopt.search.mutate import MOVES
+    from stochopt.search.rewrite import RULES
+    return set(MOVES) | {r.name for r in RULES}
+
+
+def check_move_weights(weights: Mapping[str, float] | None) -> dict[str, float]:
+    """The weights as a plain dict, every name a known move or rule, every weight >= 0."""
+    if not weights:
+        return {}
+    known = known_moves()
+    out = {}
+    for name, weight in weights.items():
+        if name not in known:
+            raise StochoptError(f"unknown move {name!r} in move weights",
+                                hint="moves and rules: " + ", ".join(sorted(known)))
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or \
+                not math.isfinite(weight) or weight < 0:
+            raise StochoptError(f"move weight of {name} must be a number >= 0, got {weight!r}")
+        out[name] = float(weight)
+    return out

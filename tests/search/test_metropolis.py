@@ -1,0 +1,166 @@
+"""The Metropolis-Hastings decision of a chain, pinned with a stub screening set: the
+acceptance rate is exp(-beta * delta) on the log-cycles cost, and a candidate whose cycles
+alone exceed the threshold (drawn first, as STOKE does) is refused before any screening."""
+
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from stochopt import load_spec
+from stochopt.backend.cost import cost
+from stochopt.backend.machine import MNCORE2
+from stochopt.lower import lower
+from stochopt.search.chain import Candidate, Chain, ChainConfig
+from stochopt.search.mutate import MOVES
+from stochopt.search.weights import check_move_weights, weighted_choice
+
+ROOT = Path(__file__).resolve().parents[2]
+TRIALS = 4000
+
+
+class StubScreening:
+    """Every kernel has the same eq; the bounds the chain asks for are recorded."""
+
+    def __init__(self, eq: float = 0.0) -> None:
+        self.eq = eq
+        self.bounds: list[float] = []
+
+    def error(self, kernel, threshold: float = math.inf) -> float:
+        self.bounds.append(threshold)
+        return self.eq
+
+
+@pytest.fixture(scope="module")
+def softmax():
+    spec = load_spec(ROOT / "specs" / "softmax.py")
+    baseline = lower(spec)
+    return spec, baseline, cost(baseline).cycles
+
+
+def stub_chain(softmax, current_cycles: int, candidate_cycles: int, eq: float = 0.0,
+               seed: int = 7) -> Chain:
+    spec, baseline, baseline_cycles = softmax
+    chain = Chain(0, spec, baseline, baseline_cycles, baseline, MNCORE2, ["mutate"], seed)
+    chain.screening = StubScreening(eq)
+    chain.cycles = lambda kernel: candidate_cycles
+    chain.best_cycles = 1  # nothing is faster than the best: no full check in these tests
+    chain.current_cycles, chain.current_eq = current_cycles, 0.0
+    chain.current_cost = chain.perf(current_cycles)
+    return chain
+
+
+def acceptance_rate(chain: Chain, kernel, current_cycles: int) -> float:
+    accepted = 0
+    for _ in range(TRIALS):
+        event: dict = {}
+        chain._evaluate(Candidate("mutate", "stub", kernel), event, None)
+        accepted += event["outcome"] == "accepted"
+        # back to the same current kernel, so every trial faces the same delta
+        chain.current_cycles, chain.current_eq = current_cycles, 0.0
+        chain.current_cost = chain.perf(current_cycles)
+    return accepted / TRIALS
+
+
+@pytest.mark.parametrize("speedup", [1.0, 4.0])  # at the baseline, and after a 4x descent
+@pytest.mark.parametrize("slower,eq", [(1.05, 0.0), (1.02, 0.0), (1.0, 0.05), (1.03, 0.02)])
+def test_acceptance_rate_is_exp_of_minus_beta_delta(softmax, speedup, slower, eq):
+    baseline_cycles = softmax[2]
+    current = round(baseline_cycles / speedup)
+    candidate = round(current * slower)
+    chain = stub_chain(softmax, current, candidate, eq)
+    delta = eq + math.log(candidate / current)  # the cost is eq + ln(cycles / baseline)
+    expected = math.exp(-ChainConfig().beta * delta)
+    rate = acceptance_rate(chain, softmax[1], current)
+    sigma = math.sqrt(expected * (1 - expected) / TRIALS)
+    assert abs(rate - expected) < 4 * sigma + 1e-9, (rate, expected)
+
+
+def test_a_cheaper_candidate_is_always_accepted(softmax):
+    current = softmax[2]
+    chain = stub_chain(softmax, current, round(current * 0.9))
+    assert acceptance_rate(chain, softmax[1], current) == 1.0
+
+
+def test_the_threshold_is_drawn_first_and_bounds_the_screening(softmax):
+    """Each proposal draws u before anything runs: a candidate whose cycles alone pass
+    the threshold is refused with no screening input run; otherwise the screening is
+    asked for at most what is left under the threshold."""
+    current = softmax[2]
+    candidate = round(current * 1.05)
+    chain = stub_chain(softmax, current, candidate)
+    beta, perf = chain.config.beta, chain.perf(candidate)
+    refused_unscreened = screened = 0
+    for _ in range(600):
+        u = random.Random()
+        u.setstate(chain.rng.getstate())
+        threshold = chain.current_cost - math.log(u.random()) / beta
+        before = len(chain.screening.bounds)
+        event: dict = {}
+        chain._evaluate(Candidate("mutate", "stub", softmax[1]), event, None)
+        if perf > threshold:
+            assert event["outcome"] == "rejected"
+            assert len(chain.screening.bounds) == before  # not one input ran
+            refused_unscreened += 1
+        else:
+            assert chain.screening.bounds[before:] == [pytest.approx(threshold - perf)]
+            assert event["outcome"] == "accepted"
+            screened += 1
+        chain.current_cost = chain.perf(current)
+    assert refused_unscreened > 300 and screened > 50  # both branches were exercised
+
+
+def test_cycles_far_above_the_threshold_never_reach_the_screening(softmax):
+    current = softmax[2]
+    chain = stub_chain(softmax, current, 3 * current)
+    for _ in range(500):
+        event: dict = {}
+        chain._evaluate(Candidate("mutate", "stub", softmax[1]), event, None)
+        assert event["outcome"] == "rejected"
+    assert chain.screening.bounds == []
+
+
+def test_a_candidate_failing_the_screening_is_wrong_not_accepted(softmax):
+    current = softmax[2]
+    chain = stub_chain(softmax, current, round(current * 0.5), eq=11.0)
+    for _ in range(200):
+        event: dict = {}
+        chain._evaluate(Candidate("mutate", "stub", softmax[1]), event, None)
+        assert event["outcome"] == "wrong"
+    assert chain.current_cycles == current
+
+
+# -- move weights --------------------------------------------------------------------------
+def test_move_weights_steer_the_mutation_moves(softmax):
+    spec, baseline, baseline_cycles = softmax
+    only_layout = {name: 0.0 for name in MOVES} | {"layout": 1.0}
+    chain = Chain(0, spec, baseline, baseline_cycles, baseline, MNCORE2, ["mutate"], 3,
+                  ChainConfig(move_weights=only_layout))
+    moves = {chain.propose().move for _ in range(60)}
+    assert moves == {"layout"}
+
+
+def test_weighted_choice_follows_the_weights():
+    rng = random.Random(0)
+    names = ["a", "b", "c"]
+    draws = [weighted_choice(rng, names, names, {"a": 3.0, "c": 0.0}) for _ in range(4000)]
+    assert draws.count("c") == 0
+    assert draws.count("a") / draws.count("b") == pytest.approx(3.0, rel=0.15)
+
+
+def test_no_weights_draw_as_before():
+    """Without weights the draws are rng.choice's, so seeded runs keep their events."""
+    names = ["a", "b", "c", "d"]
+    first, second = random.Random(5), random.Random(5)
+    assert [weighted_choice(first, names, names, None) for _ in range(50)] == \
+        [second.choice(names) for _ in range(50)]
+
+
+@pytest.mark.parametrize("weights,message", [({"teleport": 1.0}, "unknown move 'teleport'"),
+                                             ({"swap": -1.0}, "must be a number >= 0"),
+                                             ({"swap": "much"}, "must be a number >= 0")])
+def test_bad_move_weights_are_clear_errors(weights, message):
+    from stochopt.errors import StochoptError
+    with pytest.raises(StochoptError, match=message):
+        check_move_weights(weights)
