@@ -174,10 +174,12 @@ def verify(kernel_path: str, spec_path: str | None, name: str | None, examples: 
     2 invalid kernel, spec or arguments."""
     from stochopt.backend.machine import load_machine
     from stochopt.verify import certificate, check, degenerate_warnings
+    from stochopt.verify.check import check_fits
     from stochopt.verify.replay import load_inputs
 
     m = load_machine(machine)
     kernel = _read_kernel(kernel_path, m)
+    check_fits(kernel, m)  # what `run` refuses, verify refuses alike (exit 2)
     spec = _spec_for_kernel(kernel_path, kernel, spec_path, name)
     extra = [load_inputs(inputs_npz, spec)] if inputs_npz else None
     verdict = check(kernel, spec, examples=1 if extra else examples, seed=seed, machine=m,
