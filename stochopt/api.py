@@ -243,10 +243,12 @@ def verify(kernel: KernelLike, spec: SpecLike | None = None, *, name: str | None
     a counterexample found is saved to ``counterexample_path`` when one is given."""
     from stochopt.kernel_file import baseline_or_none
     from stochopt.verify import check, degenerate_warnings
+    from stochopt.verify.check import check_fits
     from stochopt.verify.replay import load_inputs
 
     examples, seed = _count(examples, "examples", 1), _count(seed, "seed", 0)
     k, m = _kernel_and_machine(kernel, machine)
+    check_fits(k, m)  # what `run` refuses, verify refuses alike (ConstraintError)
     kernel_path = kernel if isinstance(kernel, str | Path) and not _is_text(kernel) else None
     s = spec_for_kernel(k, spec, name, kernel_path)
     extra = None

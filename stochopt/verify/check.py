@@ -248,7 +248,7 @@ def check(kernel: Kernel, spec: Spec, *, examples: int = DEFAULT_EXAMPLES, seed:
         raise StochoptError(f"examples must be a positive integer, got {examples!r}")
     machine = load_machine(machine)
     check_signature(kernel, spec)
-    check_fits(kernel, machine)
+    check_emulation_memory(kernel)  # before any input is built
     if baseline is None:
         from stochopt.lower import lower
         baseline = lower(spec, machine)
@@ -268,8 +268,10 @@ def check(kernel: Kernel, spec: Spec, *, examples: int = DEFAULT_EXAMPLES, seed:
 
 def check_fits(kernel: Kernel, machine) -> None:
     """The constraints `stochopt run` applies: a kernel that does not fit the machine's
-    PE memory raises the same ConstraintError, and one whose emulation would pass the
-    emulation memory budget a StochoptError, before any input is built."""
+    PE memory raises the same ConstraintError (the scheduler's), and one whose emulation
+    would pass the emulation memory budget a StochoptError. `stochopt verify` calls it;
+    check() itself judges meaning only (the search's rule tests check kernels that need
+    not fit), apart from the memory budget."""
     from stochopt.backend.cost import cost
 
     check_emulation_memory(kernel)

@@ -26,8 +26,9 @@ DEFAULT_TOL = {"f32": (1e-4, 1e-5), "bf16": (2e-2, 4e-3), "i32": (0.0, 0.0),
                "bool": (0.0, 0.0)}
 ULP = {"f32": 2.0**-23, "bf16": 2.0**-7, "i32": 0.0, "bool": 0.0}
 # rounding noise: exp(x - c) with |x - c| up to 16 loses 4-6 ulps to the rounding of
-# its argument alone, so a floor of "a few" ulps would refuse such rewrites of softmax
-FLOOR_ULPS = 16
+# its argument alone, so a floor of "a few" ulps would refuse such rewrites of softmax;
+# 32, not 16, since the baseline rule is judged per row, where luck weighs more
+FLOOR_ULPS = 32
 # the semantic limit never falls below this fraction of the typical scale
 SEMANTIC_FLOOR = 1e-3
 

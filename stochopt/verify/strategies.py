@@ -40,7 +40,9 @@ class Recipe:
     link: str = ""
 
     def describe(self) -> str:
-        return f"{self.pattern}(seed {self.seed})" + (f"+{self.link}" if self.link else "")
+        fraction = f", fraction {self.fraction}" if self.fraction != 0.5 else ""
+        return f"{self.pattern}(seed {self.seed}{fraction})" + (
+            f"+{self.link}" if self.link else "")
 
 
 FRACTIONS = (0.5, 0.1, 0.9, 0.25)

@@ -28,7 +28,7 @@ def _off(ref, where, by):
 def test_the_documented_constants():
     assert SEMANTIC_TOL == 1e-9
     assert DEFAULT_TOL["f32"] == (1e-4, 1e-5) and DEFAULT_TOL["bf16"] == (2e-2, 4e-3)
-    assert FLOOR_ULPS == 16 and ULP["f32"] == 2.0**-23 and ULP["bf16"] == 2.0**-7
+    assert FLOOR_ULPS == 32 and ULP["f32"] == 2.0**-23 and ULP["bf16"] == 2.0**-7
 
 
 def test_semantics_allows_1e_9_of_the_output_scale():
@@ -94,10 +94,10 @@ def test_precision_where_the_baseline_misses_the_tolerance_twice_its_error_is_th
 
 def test_precision_baseline_error_measured_nearby_raises_the_yardstick():
     exact_baseline = REF.copy()
-    got = _off(REF, (0, 0), 1e-5)                 # 0.07 of the tolerance
+    got = _off(REF, (0, 0), 2e-5)                 # 0.14 of the tolerance, past the floor
     assert precision_check(got, REF, "f32", None, None, exact_baseline)[1] is not None
     assert precision_check(got, REF, "f32", None, None, exact_baseline,
-                           baseline_error=0.05)[1] is None
+                           baseline_error=0.1)[1] is None
 
 
 @pytest.mark.parametrize("got_value, ref_value", [

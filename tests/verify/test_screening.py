@@ -30,9 +30,19 @@ def test_a_precision_failure_costs_less_than_wrong_math(read_corpus, repo):
     assert FAIL_COST < screen.error(entry.kernel) < 3 * (FAIL_COST + MAX_INPUT_COST)
 
 
-def test_an_added_counterexample_makes_the_error_grow(read_corpus, repo):
-    # the first-half max passes a plain uniform input; the full check finds the outlier
+def test_the_range_analysis_refuses_a_stale_shift_on_every_input_unemulated(read_corpus,
+                                                                            repo):
+    # the first-half max passes a plain uniform input, but it can overflow on another
     entry = read_corpus(repo / "tests/verify/corpus/wrong/softmax_wide__max_of_first_half.leir")
+    screen = ScreeningSet(entry.spec, entry.baseline, MACHINE, count=1)
+    assert screen.range_refused(entry.kernel)
+    assert screen.error(entry.kernel) == FAIL_COST + MAX_INPUT_COST
+    assert not screen.range_refused(entry.baseline) and screen.error(entry.baseline) == 0.0
+
+
+def test_an_added_counterexample_makes_the_error_grow(read_corpus, repo):
+    # the clamped mean square passes a plain uniform input; a structured case shows it
+    entry = read_corpus(repo / "tests/verify/corpus/wrong/rmsnorm__clamped_mean_square.leir")
     screen = ScreeningSet(entry.spec, entry.baseline, MACHINE, count=1)
     assert screen.error(entry.kernel) == 0.0
     verdict = check(entry.kernel, entry.spec, examples=40, baseline=entry.baseline)
@@ -42,7 +52,7 @@ def test_an_added_counterexample_makes_the_error_grow(read_corpus, repo):
 
 
 def test_screening_stops_once_past_the_threshold(read_corpus, repo):
-    entry = read_corpus(repo / "tests/verify/corpus/wrong/softmax__exp_to_tanh.leir")
+    entry = read_corpus(repo / "tests/verify/corpus/wrong/softmax__normalize_by_max.leir")
     screen = ScreeningSet(entry.spec, entry.baseline, MACHINE, count=3)
     assert screen.error(entry.kernel, threshold=1.0) == FAIL_COST + MAX_INPUT_COST
 
