@@ -31,8 +31,12 @@ TREE_ORDER = ("PE", "MAB", "L1B", "L2B")  # partials meet innermost level first
 
 
 def _sequential(x: np.ndarray) -> np.ndarray:
-    """Sum over axis 0 in order, in float32: ((x0 + x1) + x2) + ... (a loop over axis 0,
-    each step one vectorised add: numpy's own reductions choose their order)."""
+    """Sum over axis 0 in order, in float32: ((x0 + x1) + x2) + ... Long sums of few
+    values each run as running sums along a contiguous last axis (np.add.accumulate is
+    sequential by definition, and fast there); short ones as a loop of vectorised adds."""
+    if x.shape[0] > x[0].size:
+        rows = np.ascontiguousarray(np.moveaxis(x, 0, -1), dtype=np.float32)
+        return np.add.accumulate(rows, axis=-1, dtype=np.float32)[..., -1]
     acc = np.array(x[0], dtype=np.float32)
     for i in range(1, x.shape[0]):
         np.add(acc, x[i], out=acc, dtype=np.float32)
