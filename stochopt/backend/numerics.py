@@ -13,7 +13,8 @@ operand could round differently. Here the order is the machine's (docs/leir.md, 
   adding each product, rounded to float32, to a float32 accumulator; partials of a K spread
   over MABs, L1Bs or L2Bs are then added level by level as for reduce_sum.
 
-np.add.accumulate is the sequential sum: out[i] = out[i - 1] + x[i], rounded each step.
+Each sum is a loop of vectorised adds over the summed elements in order, rounded to
+float32 at every step.
 """
 
 from __future__ import annotations
@@ -27,16 +28,19 @@ from stochopt.leir.layout import Factor, Layout
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 TREE_ORDER = ("PE", "MAB", "L1B", "L2B")  # partials meet innermost level first
-_CHUNK_ELEMENTS = 1 << 21                 # products formed at once by matmul
 
 
-def _sequential(x: np.ndarray, carry: np.ndarray | None = None) -> np.ndarray:
-    """Sum over axis 0 in order, in float32; ``carry`` is added first."""
-    if carry is not None:
-        x = np.concatenate([carry[None], x])
-    if x.shape[0] == 1:
-        return x[0]
-    return np.add.accumulate(x, axis=0, dtype=np.float32)[-1]
+def _sequential(x: np.ndarray) -> np.ndarray:
+    """Sum over axis 0 in order, in float32: ((x0 + x1) + x2) + ... Long sums of few
+    values each run as running sums along a contiguous last axis (np.add.accumulate is
+    sequential by definition, and fast there); short ones as a loop of vectorised adds."""
+    if x.shape[0] > x[0].size:
+        rows = np.ascontiguousarray(np.moveaxis(x, 0, -1), dtype=np.float32)
+        return np.add.accumulate(rows, axis=-1, dtype=np.float32)[..., -1]
+    acc = np.array(x[0], dtype=np.float32)
+    for i in range(1, x.shape[0]):
+        np.add(acc, x[i], out=acc, dtype=np.float32)
+    return acc
 
 
 def _sum_digit_groups(x: np.ndarray, ndigits: int, groups: list[list[int]],
@@ -96,15 +100,16 @@ def ordered_matmul(a: np.ndarray, b: np.ndarray, a_layout: Layout) -> np.ndarray
     units, steps = k.shape
     lead = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     m, n = a.shape[-2], b.shape[-1]
+    # K first and contiguous, so each step reads two contiguous slices
+    left_k = np.ascontiguousarray(np.moveaxis(a, -1, 0)[k.T])    # (steps, units, ..., m)
+    right_k = np.ascontiguousarray(np.moveaxis(b, -2, 0)[k.T])   # (steps, units, ..., n)
+    left_k = np.moveaxis(left_k, 1, -2)[..., :, :, None]         # (steps, ..., units, m, 1)
+    right_k = np.moveaxis(right_k, 1, -2)[..., :, None, :]       # (steps, ..., units, 1, n)
     acc = np.zeros(lead + (units, m, n), np.float32)
-    chunk = max(1, _CHUNK_ELEMENTS // max(1, acc.size))
-    for s in range(0, steps, chunk):
-        idx = k[:, s:s + chunk]                              # (units, c)
-        left = np.moveaxis(a[..., :, idx], -3, -1)           # (..., units, c, m)
-        right = b[..., idx, :]                               # (..., units, c, n)
-        products = left[..., :, None] * right[..., None, :]  # (..., units, c, m, n)
-        products = np.moveaxis(products, -3, 0)              # (c, ..., units, m, n)
-        acc = _sequential(products, acc)
+    product = np.empty_like(acc)
+    for step in range(steps):  # each product rounded to f32, then added
+        np.multiply(left_k[step], right_k[step], out=product)
+        np.add(acc, product, out=acc)
     if not tree:
         return acc[..., 0, :, :]
     # the MAUs' partials: (..., units, m, n) -> tree digits first, then added level by level
