@@ -145,6 +145,8 @@ def duplicate_op(kernel: Kernel, rng: random.Random, machine) -> Kernel | None:
     return rebuild(kernel, nodes, shifted(kernel.output, r), machine)
 
 
+# The moves and how often each is drawn (STOKE's weighted transforms): data, not code.
+# Layout moves are drawn most: most of what the machine rewards is where data lives.
 MOVES = {
     "layout": change_layout,
     "dtype": change_dtype,
@@ -153,11 +155,14 @@ MOVES = {
     "delete": delete_op,
     "duplicate": duplicate_op,
 }
+WEIGHTS = {"layout": 3.0, "dtype": 1.0, "swap": 1.0, "sibling": 1.0, "delete": 1.0,
+           "duplicate": 1.0}
 
 
 def propose_mutation(kernel: Kernel, rng: random.Random, machine) -> tuple[str, Kernel | None]:
-    """Apply one random move; (move name, kernel or None if it did not apply)."""
-    name = rng.choice(tuple(MOVES))
+    """Apply one random move, drawn by weight; (move name, kernel or None if it did not
+    apply)."""
+    name = rng.choices(tuple(MOVES), [WEIGHTS[m] for m in MOVES])[0]
     try:
         return name, MOVES[name](kernel, rng, machine)
     except StochoptError as e:

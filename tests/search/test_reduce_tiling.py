@@ -66,7 +66,8 @@ def test_an_axis_that_passes_a_reshape_is_refused():
     kernel = parse('''def k(x: "f32[8,16] @ dram") -> "f32[8,1] @ dram":
     xs = load(x, "(8,16)/((8),(16))")
     y = reshape(xs, (8, 4, 4))
-    return store(reduce_sum(reduce_sum(y, axis=2), axis=1, keepdims=True) + reduce_max(xs, axis=1, keepdims=True))
+    t = reduce_sum(reduce_sum(y, axis=2), axis=1, keepdims=True)
+    return store(t + reduce_max(xs, axis=1, keepdims=True))
 ''', "small")
     with pytest.raises(ConstraintError, match="does not go through reshape"):
         tile_reduction(kernel, (_seed(kernel, "reduce_max"), 2), SMALL)
