@@ -27,31 +27,11 @@ from stochopt.errors import ConstraintError
 from stochopt.leir.ir import Kernel, Node
 from stochopt.leir.layout import Factor
 from stochopt.leir.rules import make_layout
-from stochopt.search.edit import rebuild, replace_uses
+from stochopt.search.edit import append, rebuild, replace_uses, substitute
 
 
 def _swap_last(rank: int) -> tuple[int, ...]:
     return tuple(range(rank - 2)) + (rank - 1, rank - 2)
-
-
-def _append(nodes: list[Node], op: str, args, attrs: dict, like: Node, name: str = "") -> int:
-    nodes.append(Node(op, tuple(args), tuple(attrs.items()), like.type, name))
-    return len(nodes) - 1
-
-
-def _finish(k: Kernel, nodes: list[Node], old: int, new: int, machine) -> Kernel:
-    """Readers of ``old`` read ``new`` (appended at the end): move the new nodes up to
-    just after ``old`` so every reader comes later."""
-    order = list(range(old + 1)) + list(range(len(k.nodes), len(nodes))) \
-        + list(range(old + 1, len(k.nodes)))
-    index = {o: n for n, o in enumerate(order)}
-    moved = [nodes[o] for o in order]
-    out = []
-    for n in moved:
-        args = tuple(a if not isinstance(a, int) else index[a] for a in n.args)
-        out.append(Node(n.op, args, n.attrs, n.type, n.name, n.line))
-    out = replace_uses(out, index[old], index[new], after=index[new])
-    return rebuild(k, out, index[k.output], machine)
 
 
 # -- orientation ---------------------------------------------------------------------
@@ -65,11 +45,11 @@ def swap_matmul_orientation(k: Kernel, i: int, machine) -> Kernel:
     a, b = n.args
     perm = _swap_last(len(n.type.shape))
     nodes = list(k.nodes)
-    bt = _append(nodes, "transpose", [b], {"perm": perm}, n)
-    at = _append(nodes, "transpose", [a], {"perm": perm}, n)
-    swapped = _append(nodes, "matmul", [bt, at], {}, n)
-    back = _append(nodes, "transpose", [swapped], {"perm": perm}, n, n.name)
-    return _finish(k, nodes, i, back, machine)
+    bt = append(nodes, "transpose", [b], {"perm": perm}, n)
+    at = append(nodes, "transpose", [a], {"perm": perm}, n)
+    swapped = append(nodes, "matmul", [bt, at], {}, n)
+    back = append(nodes, "transpose", [swapped], {"perm": perm}, n, n.name)
+    return substitute(k, nodes, i, back, machine)
 
 
 def where_cancel_transposes(k: Kernel) -> list[int]:
@@ -117,12 +97,12 @@ def split_k_to_batch(k: Kernel, i: int, machine) -> Kernel:
     (m, kk), nn = k.nodes[a].type.shape, k.nodes[b].type.shape[1]
     g = _k_groups(k, i)
     nodes = list(k.nodes)
-    a3 = _append(nodes, "reshape", [a], {"shape": (m, g, kk // g)}, n)
-    a3 = _append(nodes, "transpose", [a3], {"perm": (1, 0, 2)}, n)
-    b3 = _append(nodes, "reshape", [b], {"shape": (g, kk // g, nn)}, n)
-    parts = _append(nodes, "matmul", [a3, b3], {}, n)
-    total = _append(nodes, "reduce_sum", [parts], {"axis": 0, "keepdims": False}, n, n.name)
-    return _finish(k, nodes, i, total, machine)
+    a3 = append(nodes, "reshape", [a], {"shape": (m, g, kk // g)}, n)
+    a3 = append(nodes, "transpose", [a3], {"perm": (1, 0, 2)}, n)
+    b3 = append(nodes, "reshape", [b], {"shape": (g, kk // g, nn)}, n)
+    parts = append(nodes, "matmul", [a3, b3], {}, n)
+    total = append(nodes, "reduce_sum", [parts], {"axis": 0, "keepdims": False}, n, n.name)
+    return substitute(k, nodes, i, total, machine)
 
 
 # -- cross-level reductions ---------------------------------------------------------------
@@ -158,10 +138,10 @@ def reduce_by_relayout(k: Kernel, i: int, machine) -> Kernel:
     if gathered == lay:
         raise ConstraintError("reduce_by_relayout: the reduced axis cannot be gathered")
     nodes = list(k.nodes)
-    moved = _append(nodes, "relayout", [n.args[0]], {"layout": gathered}, n)
-    local = _append(nodes, "reduce_sum", [moved], dict(n.attrs), n)
-    back = _append(nodes, "relayout", [local], {"layout": n.type.layout}, n, n.name)
-    return _finish(k, nodes, i, back, machine)
+    moved = append(nodes, "relayout", [n.args[0]], {"layout": gathered}, n)
+    local = append(nodes, "reduce_sum", [moved], dict(n.attrs), n)
+    back = append(nodes, "relayout", [local], {"layout": n.type.layout}, n, n.name)
+    return substitute(k, nodes, i, back, machine)
 
 
 # -- precision ------------------------------------------------------------------------
@@ -190,13 +170,13 @@ def split_matmul_operand_hi_lo(k: Kernel, site: tuple[int, int], machine) -> Ker
     n = k.nodes[i]
     x, other = n.args[side], _bf16_source(k, n.args[1 - side])
     nodes = list(k.nodes)
-    hi = _append(nodes, "cast", [x], {"dtype": "bf16"}, n)
-    widened = _append(nodes, "cast", [hi], {"dtype": "f32"}, n)
-    rest = _append(nodes, "sub", [x, widened], {}, n)
-    lo = _append(nodes, "cast", [rest], {"dtype": "bf16"}, n)
+    hi = append(nodes, "cast", [x], {"dtype": "bf16"}, n)
+    widened = append(nodes, "cast", [hi], {"dtype": "f32"}, n)
+    rest = append(nodes, "sub", [x, widened], {}, n)
+    lo = append(nodes, "cast", [rest], {"dtype": "bf16"}, n)
     pairs = [(hi, other), (lo, other)] if side == 0 else [(other, hi), (other, lo)]
-    first = _append(nodes, "matmul", list(pairs[0]), {}, n)
-    second = _append(nodes, "matmul", list(pairs[1]), {}, n)
-    total = _append(nodes, "add", [first, second], {}, n, n.name)
-    return _finish(k, nodes, i, total, machine)
+    first = append(nodes, "matmul", list(pairs[0]), {}, n)
+    second = append(nodes, "matmul", list(pairs[1]), {}, n)
+    total = append(nodes, "add", [first, second], {}, n, n.name)
+    return substitute(k, nodes, i, total, machine)
 

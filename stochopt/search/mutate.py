@@ -146,7 +146,7 @@ def duplicate_op(kernel: Kernel, rng: random.Random, machine) -> Kernel | None:
 
 
 # The moves and how often each is drawn (STOKE's weighted transforms): data, not code.
-# Layout moves are drawn most: most of what the machine rewards is where data lives.
+# Equal until a measurement says otherwise.
 MOVES = {
     "layout": change_layout,
     "dtype": change_dtype,
@@ -155,7 +155,7 @@ MOVES = {
     "delete": delete_op,
     "duplicate": duplicate_op,
 }
-WEIGHTS = {"layout": 3.0, "dtype": 1.0, "swap": 1.0, "sibling": 1.0, "delete": 1.0,
+WEIGHTS = {"layout": 1.0, "dtype": 1.0, "swap": 1.0, "sibling": 1.0, "delete": 1.0,
            "duplicate": 1.0}
 
 

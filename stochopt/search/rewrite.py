@@ -19,7 +19,15 @@ from stochopt.leir.layout import LEVELS, Factor, Layout
 from stochopt.leir.rules import Const, make_layout
 from stochopt.leir.types import TensorType
 from stochopt.search import algebraic_forms as forms
-from stochopt.search.edit import common_subexpressions, insert, rebuild, replace_uses, shifted
+from stochopt.search.edit import (
+    append,
+    common_subexpressions,
+    insert,
+    rebuild,
+    replace_uses,
+    shifted,
+    substitute,
+)
 from stochopt.search.layout_propagation import propagate_layout, where_propagate_layout
 from stochopt.search.reduce_tiling import tile_reduction, where_tile_reduction
 from stochopt.search.schedule import schedule
@@ -279,14 +287,12 @@ def scale_before_matmul(k: Kernel, i: int, machine) -> Kernel:
     mm_idx, c = _scale_of(nodes[i])
     mm = nodes[mm_idx]
     side = 0 if nodes[mm.args[0]].type.numel <= nodes[mm.args[1]].type.numel else 1
-    src = mm.args[side]
-    scaled = _node("mul", [src, Const(c)], {}, nodes[src].type)
-    nodes, at, out = _add_before(k, nodes, mm_idx, scaled)
-    args = list(nodes[mm_idx + 1].args)
-    args[side] = at
-    nodes[mm_idx + 1] = _with(nodes[mm_idx + 1], args=tuple(args))
-    nodes = replace_uses(nodes, i + 1, mm_idx + 1)
-    return rebuild(k, nodes, out, machine)
+    # a new matmul reads the scaled operand: other readers of a @ b still read it unscaled
+    scaled = append(nodes, "mul", [mm.args[side], Const(c)], {}, mm)
+    args = list(mm.args)
+    args[side] = scaled
+    product = append(nodes, "matmul", args, {}, mm, nodes[i].name)
+    return substitute(k, nodes, i, product, machine)
 
 
 def _where_reassociate_broadcasts(k: Kernel) -> list:
@@ -434,15 +440,15 @@ RULES: list[Rule] = [
     Rule("tile_output", "store(f(x)) -> concat([store(f(x[tile t])) for t in tiles]): cut the "
       "output along an axis into 2, 4 or 8 blocks, each loaded, computed and stored on its "
       "own, the next block's loads issued ahead; shared values computed once",
-         where_tile_output, tile_output, weight=2.0),
+         where_tile_output, tile_output),
     Rule("tile_reduction", "reduce(f(x), a) -> combine(reduce(f(x[tile t]), a) for t in "
       "tiles), a @ b -> sum(a[:, tile t] @ b[tile t]): cut a reduced axis into 2, 4 or 8 "
       "tiles through the whole kernel (flash-decoding), partial sums, maxima and matmuls "
       "combined once; then list-scheduled",
-         where_tile_reduction, tile_reduction_scheduled, weight=2.0),
+         where_tile_reduction, tile_reduction_scheduled),
     Rule("propagate_layout", "relayout(x, B) in a layout group -> x, the group's loads, "
       "fulls and relayouts re-derived from layout_of(x) (or from one load's layout)",
-         where_propagate_layout, propagate_layout, weight=2.0),
+         where_propagate_layout, propagate_layout),
     Rule("swap_matmul_orientation", "a @ b -> (b^T @ a^T)^T",
          forms.where_swap_matmul_orientation, forms.swap_matmul_orientation),
     Rule("cancel_transposes", "transpose(transpose(x, p), q) -> transpose(x, p.q), or x",
