@@ -19,6 +19,7 @@ take the new layout (a matmul, say) makes the move refuse with a ConstraintError
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 from stochopt.errors import ConstraintError
@@ -53,7 +54,7 @@ def layout_groups(k: Kernel) -> list[int]:
 
 def where_propagate_layout(k: Kernel) -> list[tuple[str, int]]:
     groups = layout_groups(k)
-    size = {g: groups.count(g) for g in set(groups)}
+    size = Counter(groups)
     sites = [("relayout", i) for i, n in enumerate(k.nodes) if n.op == "relayout"
              and size[groups[i]] > 1]
     sites += [("member", i) for i, n in enumerate(k.nodes) if n.op in ("load", "full")

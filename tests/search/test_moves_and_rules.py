@@ -103,7 +103,8 @@ def _applications(lowered, rule, limit=3):
                 current = nxt
 
 
-EXACT_RULES = [r for r in RULES if r.name not in LOSSY]
+# list_schedule only reorders; tests/search/test_schedule.py proves it on a tiled kernel
+EXACT_RULES = [r for r in RULES if r.name not in LOSSY and r.name != "list_schedule"]
 
 
 @pytest.mark.parametrize("rule", EXACT_RULES, ids=lambda r: r.name)
