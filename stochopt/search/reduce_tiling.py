@@ -178,6 +178,8 @@ def _follow(k: Kernel, start: tuple[int, int]) -> dict[int, int]:
             raise refuse(k, i, "two of its axes run along the tiled axis", WHAT)
         if i in axis_of:
             continue
+        if k.nodes[i].op == "reshape":  # reached from a reader: its own rule is not followed
+            raise refuse(k, i, "the tiled axis does not go through reshape", WHAT)
         axis_of[i] = ax
         queue.extend(edges.get((i, ax), []))
     return axis_of

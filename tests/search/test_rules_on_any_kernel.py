@@ -20,7 +20,7 @@ WHOLE_KERNEL_RULES = ("tile_reduction", "propagate_layout", "swap_matmul_orienta
 
 
 @pytest.mark.slow
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(kernel=kernels(max_ops=10), data=st.data())
 def test_a_rule_keeps_exact_values_or_refuses_with_a_constraint_error(kernel, data):
     applicable = [r for r in RULES if r.name in WHOLE_KERNEL_RULES and r.find(kernel)]
