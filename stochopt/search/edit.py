@@ -54,6 +54,24 @@ def shifted(index: int, position: int) -> int:
     return index + 1 if index >= position else index
 
 
+def append(nodes: list[Node], op: str, args, attrs: dict, like: Node, name: str = "") -> int:
+    """Append a node (its type a placeholder ``rebuild`` replaces); returns its index."""
+    nodes.append(Node(op, tuple(args), tuple(attrs.items()), like.type, name))
+    return len(nodes) - 1
+
+
+def substitute(kernel: Kernel, nodes: list[Node], old: int, new: int, machine) -> Kernel:
+    """Finish an edit that appended nodes to ``kernel.nodes`` (all reading nodes up to
+    ``old`` or each other): move them to just after ``old``, point the later readers of
+    ``old`` at ``new``, drop what is dead and type-check."""
+    count = len(kernel.nodes)
+    order = list(range(old + 1)) + list(range(count, len(nodes))) + list(range(old + 1, count))
+    index = {was: now for now, was in enumerate(order)}
+    moved = [remap(nodes[was], index) for was in order]
+    moved = replace_uses(moved, index[old], index[new], after=index[new])
+    return rebuild(kernel, moved, index[kernel.output], machine)
+
+
 def common_subexpressions(nodes: list[Node], output: int) -> tuple[list[Node], int]:
     """Merge nodes that apply the same op to the same arguments (a load done twice)."""
     seen: dict[tuple, int] = {}

@@ -147,6 +147,8 @@ def duplicate_op(kernel: Kernel, rng: random.Random, machine) -> Kernel | None:
     return rebuild(kernel, nodes, shifted(kernel.output, r), machine)
 
 
+# The moves and how often each is drawn (STOKE's weighted transforms): data, not code.
+# Equal until a measurement says otherwise.
 MOVES = {
     "layout": change_layout,
     "dtype": change_dtype,
@@ -155,14 +157,16 @@ MOVES = {
     "delete": delete_op,
     "duplicate": duplicate_op,
 }
+WEIGHTS = {"layout": 1.0, "dtype": 1.0, "swap": 1.0, "sibling": 1.0, "delete": 1.0,
+           "duplicate": 1.0}
 
 
 def propose_mutation(kernel: Kernel, rng: random.Random, machine,
                      weights: Mapping[str, float] | None = None) -> tuple[str, Kernel | None]:
-    """Apply one random move, drawn by weight; (move name, kernel or None if it did not
-    apply)."""
+    """Apply one random move, drawn by weight (WEIGHTS, overridden by ``weights``); (move
+    name, kernel or None if it did not apply)."""
     names = tuple(MOVES)
-    name = weighted_choice(rng, names, names, weights)
+    name = weighted_choice(rng, names, names, [WEIGHTS[m] for m in names], weights)
     try:
         return name, MOVES[name](kernel, rng, machine)
     except StochoptError as e:

@@ -18,7 +18,19 @@ from stochopt.leir.ir import Kernel, Node
 from stochopt.leir.layout import LEVELS, Factor, Layout
 from stochopt.leir.rules import Const, make_layout
 from stochopt.leir.types import TensorType
-from stochopt.search.edit import common_subexpressions, insert, rebuild, replace_uses, shifted
+from stochopt.search import algebraic_forms as forms
+from stochopt.search.edit import (
+    append,
+    common_subexpressions,
+    insert,
+    rebuild,
+    replace_uses,
+    shifted,
+    substitute,
+)
+from stochopt.search.layout_propagation import propagate_layout, where_propagate_layout
+from stochopt.search.reduce_tiling import tile_reduction, where_tile_reduction
+from stochopt.search.schedule import schedule
 from stochopt.search.tiling import tile_output, where_tile_output
 from stochopt.search.weights import weighted_choice
 
@@ -32,6 +44,7 @@ class Rule:
     find: Callable[[Kernel], list]
     apply: Callable[..., Kernel]  # (kernel, site, machine) or, if uses_rng, (..., rng)
     uses_rng: bool = False        # the rule draws a parameter (a divisor) of its own
+    weight: float = 1.0           # how often the proposer picks it, among the rules that apply
 
 
 def _with(n: Node, **changes) -> Node:
@@ -275,14 +288,12 @@ def scale_before_matmul(k: Kernel, i: int, machine) -> Kernel:
     mm_idx, c = _scale_of(nodes[i])
     mm = nodes[mm_idx]
     side = 0 if nodes[mm.args[0]].type.numel <= nodes[mm.args[1]].type.numel else 1
-    src = mm.args[side]
-    scaled = _node("mul", [src, Const(c)], {}, nodes[src].type)
-    nodes, at, out = _add_before(k, nodes, mm_idx, scaled)
-    args = list(nodes[mm_idx + 1].args)
-    args[side] = at
-    nodes[mm_idx + 1] = _with(nodes[mm_idx + 1], args=tuple(args))
-    nodes = replace_uses(nodes, i + 1, mm_idx + 1)
-    return rebuild(k, nodes, out, machine)
+    # a new matmul reads the scaled operand: other readers of a @ b still read it unscaled
+    scaled = append(nodes, "mul", [mm.args[side], Const(c)], {}, mm)
+    args = list(mm.args)
+    args[side] = scaled
+    product = append(nodes, "matmul", args, {}, mm, nodes[i].name)
+    return substitute(k, nodes, i, product, machine)
 
 
 def _where_reassociate_broadcasts(k: Kernel) -> list:
@@ -369,7 +380,25 @@ def spread_over_more_of_the_tree(k: Kernel, site, machine, rng=None) -> Kernel:
     return rebuild(k, nodes, k.output, machine)
 
 
-# The rules, in the order docs/search.md lists them: name, algebra, where, how.
+# -- whole-kernel rules -------------------------------------------------------------
+
+def tile_reduction_scheduled(k: Kernel, site, machine) -> Kernel:
+    """Tiles are worth something only once loads run ahead of compute: schedule them."""
+    return schedule(tile_reduction(k, site, machine), machine)
+
+
+def _where_list_schedule(k: Kernel) -> list:
+    return [k.output]
+
+
+def list_schedule(k: Kernel, site, machine) -> Kernel | None:
+    """None when no candidate order is faster (the proposer then draws again)."""
+    out = schedule(k, machine)
+    return None if out is k else out
+
+
+# The rules, in the order docs/search.md lists them: name, algebra, where, how, and the
+# weight the proposer gives each (STOKE's weighted transforms): data, not code.
 RULES: list[Rule] = [
     Rule("fold_relayout_into_load", "relayout(load(x, A), B) -> load(x, B)",
          _where_fold_relayout_into_load, fold_relayout_into_load),
@@ -413,6 +442,30 @@ RULES: list[Rule] = [
       "output along an axis into 2, 4 or 8 blocks, each loaded, computed and stored on its "
       "own, the next block's loads issued ahead; shared values computed once",
          where_tile_output, tile_output),
+    Rule("tile_reduction", "reduce(f(x), a) -> combine(reduce(f(x[tile t]), a) for t in "
+      "tiles), a @ b -> sum(a[:, tile t] @ b[tile t]): cut a reduced axis into 2, 4 or 8 "
+      "tiles through the whole kernel (flash-decoding), partial sums, maxima and matmuls "
+      "combined once; then list-scheduled",
+         where_tile_reduction, tile_reduction_scheduled),
+    Rule("propagate_layout", "relayout(x, B) in a layout group -> x, the group's loads, "
+      "fulls and relayouts re-derived from layout_of(x) (or from one load's layout)",
+         where_propagate_layout, propagate_layout),
+    Rule("swap_matmul_orientation", "a @ b -> (b^T @ a^T)^T",
+         forms.where_swap_matmul_orientation, forms.swap_matmul_orientation),
+    Rule("cancel_transposes", "transpose(transpose(x, p), q) -> transpose(x, p.q), or x",
+         forms.where_cancel_transposes, forms.cancel_transposes),
+    Rule("split_k_to_batch", "a @ b -> reduce_sum(a' @ b', axis=0) with K cut into g "
+      "batches: a' = (g, M, K/g), b' = (g, K/g, N)",
+         forms.where_split_k_to_batch, forms.split_k_to_batch),
+    Rule("reduce_by_relayout", "reduce_sum(x, a) over a spread axis -> relayout(reduce_sum("
+      "relayout(x, a local), a), layout_of(result)): a relayout and a local sum",
+         forms.where_reduce_by_relayout, forms.reduce_by_relayout),
+    Rule("split_matmul_operand_hi_lo", "a32 @ cast(b16, f32) -> bf16(a32) @ b16 + "
+      "bf16(a32 - bf16(a32)) @ b16: lossy, the precision check decides",
+         forms.where_split_matmul_operand_hi_lo, forms.split_matmul_operand_hi_lo),
+    Rule("list_schedule", "reorder ops (depth first, loads d ahead) when the cost model "
+      "finds the order faster",
+         _where_list_schedule, list_schedule, weight=0.5),
 ]
 
 
@@ -428,7 +481,8 @@ def propose_rewrite(kernel: Kernel, rng: random.Random, machine,
     applicable = [(r, s) for r in RULES for s in [r.find(kernel)] if s]
     if not applicable:
         return "none", None
-    r, sites = weighted_choice(rng, applicable, [r.name for r, _ in applicable], weights)
+    r, sites = weighted_choice(rng, applicable, [r.name for r, _ in applicable],
+                               [r.weight for r, _ in applicable], weights)
     try:
         return r.name, apply_rule(r, kernel, rng.choice(sites), machine, rng)
     except StochoptError as e:

@@ -43,26 +43,26 @@ def tile_output(k: Kernel, site: tuple[int, int], machine) -> Kernel:
     tax = _tiled_axes(k, axis)
     for i, ax in tax.items():
         if ax is not WHOLE and k.nodes[i].type.shape[ax] % tiles:
-            raise _refuse(k, i, f"its axis {ax} ({k.nodes[i].type.shape[ax]}) does not split "
+            raise refuse(k, i, f"its axis {ax} ({k.nodes[i].type.shape[ax]}) does not split "
                           f"into {tiles} tiles")
     nodes: list[Node] = []
     whole: dict[int, int] = {}
     for i, n in enumerate(k.nodes):  # inputs first, then what every tile shares
         if n.op == "input" or (i in tax and tax[i] is WHOLE):
             whole[i] = len(nodes)
-            nodes.append(_remap(n, whole))
+            nodes.append(strict_remap(n, whole))
     loads = [i for i in sorted(tax) if tax[i] is not WHOLE and k.nodes[i].op == "load"]
     work = [i for i in sorted(tax) if tax[i] is not WHOLE and k.nodes[i].op != "load"]
     placed: list[dict[int, int]] = [dict(whole) for _ in range(tiles)]
-    attrs = {i: tuple(_tile_attrs(k, i, tax[i], tiles).items()) for i in loads + work}
+    attrs = {i: tuple(tile_attrs(k, i, tax[i], tiles).items()) for i in loads + work}
 
     def emit(t: int, i: int) -> None:
         n = k.nodes[i]
         if n.op == "load":
-            nodes.append(_dram_slice(k, i, tax[i], tiles, t, whole))
+            nodes.append(dram_slice(k, i, tax[i], tiles, t, whole))
             n = replace(n, args=(len(nodes) - 1,))
         else:
-            n = _remap(n, placed[t])
+            n = strict_remap(n, placed[t])
         placed[t][i] = len(nodes)
         nodes.append(replace(n, attrs=attrs[i], name=f"{n.name}_{t}" if n.name else ""))
 
@@ -90,7 +90,7 @@ def _tiled_axes(k: Kernel, axis: int) -> dict[int, int | None]:
             continue
         for j, ax in _input_axes(k, i, tax[i]):
             if tax.get(j, ax) != ax:
-                raise _refuse(k, j, "it is needed both whole and in tiles")
+                raise refuse(k, j, "it is needed both whole and in tiles")
             tax[j] = ax
     return tax
 
@@ -114,7 +114,7 @@ def _input_axes(k: Kernel, i: int, ax: int | None) -> list[tuple[int, int | None
         r = n.attr("axis") % len(k.nodes[ins[0]].type.shape)
         src = ax if n.attr("keepdims") or ax < r else ax + 1
         if src == r:
-            raise _refuse(k, i, "it reduces along the tiled axis")
+            raise refuse(k, i, "it reduces along the tiled axis")
         return [(ins[0], src)]
     if n.op == "matmul":
         a, b = ins
@@ -129,13 +129,13 @@ def _input_axes(k: Kernel, i: int, ax: int | None) -> list[tuple[int, int | None
     if n.op == "slice" and n.type.location == "pe":
         lo, hi = n.attr("bounds")[ax]
         if (lo, hi) != (0, k.nodes[ins[0]].type.shape[ax]):
-            raise _refuse(k, i, "it slices the tiled axis")
+            raise refuse(k, i, "it slices the tiled axis")
         return [(ins[0], ax)]
     if n.op == "concat" and n.type.location == "pe":
         if n.attr("axis") % rank == ax:
-            raise _refuse(k, i, "it joins along the tiled axis")
+            raise refuse(k, i, "it joins along the tiled axis")
         return [(j, ax) for j in ins]
-    raise _refuse(k, i, f"tiling does not go through {n.op}")
+    raise refuse(k, i, f"tiling does not go through {n.op}")
 
 
 def _broadcast_axis(shape: tuple[int, ...], out_rank: int, ax: int) -> int | None:
@@ -146,11 +146,12 @@ def _broadcast_axis(shape: tuple[int, ...], out_rank: int, ax: int) -> int | Non
 
 # -- one tile's copy of a node -------------------------------------------------------
 
-def _tile_attrs(k: Kernel, i: int, ax: int, tiles: int) -> dict:
+def tile_attrs(k: Kernel, i: int, ax: int, tiles: int, what: str = "the output") -> dict:
+    """The static arguments of one tile's copy of node i, cut along its axis ``ax``."""
     n = k.nodes[i]
     attrs = dict(n.attrs)
     if "layout" in attrs:
-        attrs["layout"] = _shrink(attrs["layout"], ax, tiles, k, i)
+        attrs["layout"] = _shrink(attrs["layout"], ax, tiles, k, i, what)
     if "shape" in attrs:  # full, broadcast_to
         shape = list(attrs["shape"])
         shape[ax] //= tiles
@@ -162,7 +163,7 @@ def _tile_attrs(k: Kernel, i: int, ax: int, tiles: int) -> dict:
     return attrs
 
 
-def _shrink(lay: Layout, ax: int, tiles: int, k: Kernel, i: int) -> Layout:
+def _shrink(lay: Layout, ax: int, tiles: int, k: Kernel, i: int, what: str) -> Layout:
     """The layout of one tile: divide the axis' innermost local factor that can be
     divided, else its innermost spread factor (the tile then uses fewer units). The
     same factors always shrink the same way, so operands laid out alike stay alike."""
@@ -177,11 +178,11 @@ def _shrink(lay: Layout, ax: int, tiles: int, k: Kernel, i: int) -> Layout:
                 axes = list(lay.axes)
                 axes[ax] = tuple(factors)
                 return make_layout(shape, axes, lay.replicated)
-    raise _refuse(k, i, f"no factor of its layout's axis {ax} divides by {tiles}")
+    raise refuse(k, i, f"no factor of its layout's axis {ax} divides by {tiles}", what)
 
 
-def _dram_slice(k: Kernel, i: int, ax: int, tiles: int, t: int,
-                whole: dict[int, int]) -> Node:
+def dram_slice(k: Kernel, i: int, ax: int, tiles: int, t: int,
+               whole: dict[int, int], what: str = "the output") -> Node:
     """The DRAM slice tile t's copy of load i reads: the load's source cut along ``ax``."""
     source = k.nodes[i].args[0]
     src = k.nodes[source]
@@ -190,20 +191,21 @@ def _dram_slice(k: Kernel, i: int, ax: int, tiles: int, t: int,
     elif src.op == "slice" and k.nodes[src.args[0]].op == "input":
         base, bounds = src.args[0], list(src.attr("bounds"))
     else:
-        raise _refuse(k, i, "it loads a value the kernel stored")
+        raise refuse(k, i, "it loads a value the kernel stored", what)
     lo, hi = bounds[ax]
     step = (hi - lo) // tiles
     bounds[ax] = (lo + t * step, lo + (t + 1) * step)
     return Node("slice", (whole[base],), (("bounds", tuple(bounds)),), src.type)
 
 
-def _remap(n: Node, mapping: dict[int, int]) -> Node:
+def strict_remap(n: Node, mapping: dict[int, int]) -> Node:
     """edit.remap, but strict: every argument of a tile's node must already be placed,
     so a hole in the construction fails here rather than wiring an old index."""
     return replace(n, args=tuple(a if isinstance(a, Const) else mapping[a] for a in n.args))
 
 
-def _refuse(k: Kernel, i: int, why: str) -> ConstraintError:
+def refuse(k: Kernel, i: int, why: str, what: str = "the output") -> ConstraintError:
     n = k.nodes[i]
-    return ConstraintError(f"cannot tile the output: {n.op} ({n.name or i}): {why}",
+    return ConstraintError(f"cannot tile {what}: {n.op} ({n.name or i}): {why}",
                            line=n.line)
+

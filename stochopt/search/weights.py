@@ -1,9 +1,11 @@
 """Move weights as data, as STOKE weighs its transforms: how often each mutation move
 and rewrite rule is drawn when its proposer is chosen.
 
-A weight is relative within its proposer: {"swap": 3} makes swap three times as likely
-as any other mutation move; 0 turns a move off; a name left out weighs 1. The weights
-live in ChainConfig.move_weights, so run.json records them with the rest of the config.
+Each move and rule has a default weight in its table (mutate.WEIGHTS, Rule.weight in
+rewrite.RULES). ChainConfig.move_weights overrides them by name, so run.json records
+them with the rest of the config: a weight is relative within its proposer ({"swap": 3}
+makes swap three times as likely as a move of weight 1); 0 turns a move off; a name left
+out keeps its table's weight.
 """
 
 from __future__ import annotations
@@ -19,14 +21,15 @@ T = TypeVar("T")
 
 
 def weighted_choice(rng: random.Random, items: Sequence[T], names: Sequence[str],
-                    weights: Mapping[str, float] | None) -> T:
-    """One of items, drawn by the weight of its name (uniform when no weights are set,
-    with the same draws as rng.choice, so seeded runs stay as they were)."""
-    if not weights:
-        return rng.choice(items)
-    mass = [weights.get(n, 1.0) for n in names]
-    if not any(mass):
-        return rng.choice(items)  # every applicable move is off: keep the chain moving
+                    defaults: Sequence[float],
+                    weights: Mapping[str, float] | None = None) -> T:
+    """One of items, drawn by the weight of its name: ``weights`` where it names it, else
+    its table's default. Equal weights draw as rng.choice does, so seeded runs with
+    uniform tables stay as they were."""
+    overrides = weights or {}
+    mass = [overrides.get(n, d) for n, d in zip(names, defaults, strict=True)]
+    if not any(mass) or len(set(mass)) == 1:
+        return rng.choice(items)  # uniform, or every applicable move off: keep moving
     return rng.choices(items, mass)[0]
 
 

@@ -144,16 +144,24 @@ def test_move_weights_steer_the_mutation_moves(softmax):
 def test_weighted_choice_follows_the_weights():
     rng = random.Random(0)
     names = ["a", "b", "c"]
-    draws = [weighted_choice(rng, names, names, {"a": 3.0, "c": 0.0}) for _ in range(4000)]
+    draws = [weighted_choice(rng, names, names, [1.0] * 3, {"a": 3.0, "c": 0.0})
+             for _ in range(4000)]
     assert draws.count("c") == 0
     assert draws.count("a") / draws.count("b") == pytest.approx(3.0, rel=0.15)
 
 
-def test_no_weights_draw_as_before():
-    """Without weights the draws are rng.choice's, so seeded runs keep their events."""
+def test_table_defaults_weigh_where_no_override_names_a_move():
+    rng = random.Random(1)
+    names = ["a", "b"]
+    draws = [weighted_choice(rng, names, names, [0.5, 1.0], {"b": 2.0}) for _ in range(4000)]
+    assert draws.count("b") / draws.count("a") == pytest.approx(4.0, rel=0.15)
+
+
+def test_uniform_weights_draw_as_before():
+    """Equal weights draw as rng.choice does, so seeded runs keep their events."""
     names = ["a", "b", "c", "d"]
     first, second = random.Random(5), random.Random(5)
-    assert [weighted_choice(first, names, names, None) for _ in range(50)] == \
+    assert [weighted_choice(first, names, names, [1.0] * 4, None) for _ in range(50)] == \
         [second.choice(names) for _ in range(50)]
 
 

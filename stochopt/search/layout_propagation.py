@@ -1,0 +1,125 @@
+"""Layout propagation: change connected layouts together.
+
+An elementwise op needs its full-size operands laid out as its result, so the values
+joined by elementwise ops form a *layout group* that can only change layout all at once;
+a broadcast operand (size 1 on some axes) must then be replicated over the levels the
+group spreads those axes over. One layout move alone leaves such a group invalid or
+adds a relayout; ``propagate_layout`` moves the whole group:
+
+    site ("relayout", r): drop relayout r and give r's group the layout r's input has
+        e.g. where(mask, relayout(s, A), -inf) -> where(mask', s, -inf): the mask is
+        loaded directly in the matmul's output layout
+    site ("member", m): give m's group the layout of load/full m
+
+Every load, full and relayout that makes a group member (or one of its broadcast
+operands) is rewritten to the derived layout; a relayout whose input already has it is
+dropped. Values never change; the result is type-checked, and a consumer that cannot
+take the new layout (a matmul, say) makes the move refuse with a ConstraintError.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+from stochopt.errors import ConstraintError
+from stochopt.leir.ir import Kernel
+from stochopt.leir.layout import Factor, Layout
+from stochopt.leir.ops import ELEMENTWISE, OPS
+from stochopt.leir.rules import make_layout
+from stochopt.search.edit import rebuild, replace_uses
+
+LAYOUT_OPS = ("load", "relayout", "full")
+
+
+def layout_groups(k: Kernel) -> list[int]:
+    """For every node, the smallest index of its layout group (union-find root)."""
+    parent = list(range(len(k.nodes)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i, n in enumerate(k.nodes):
+        if n.type.location != "pe" or n.op == "input" or OPS[n.op].kind != ELEMENTWISE:
+            continue
+        for j in n.inputs:
+            if k.nodes[j].type.shape == n.type.shape:
+                a, b = root(i), root(j)
+                parent[max(a, b)] = min(a, b)
+    return [root(i) for i in range(len(k.nodes))]
+
+
+def where_propagate_layout(k: Kernel) -> list[tuple[str, int]]:
+    groups = layout_groups(k)
+    size = Counter(groups)
+    sites = [("relayout", i) for i, n in enumerate(k.nodes) if n.op == "relayout"
+             and size[groups[i]] > 1]
+    sites += [("member", i) for i, n in enumerate(k.nodes) if n.op in ("load", "full")
+              and size[groups[i]] > 1]
+    return sites
+
+
+def propagate_layout(k: Kernel, site: tuple[str, int], machine) -> Kernel:
+    kind, i = site
+    nodes = list(k.nodes)
+    if kind == "relayout":
+        target = k.nodes[k.nodes[i].args[0]].type.layout
+        nodes = replace_uses(nodes, i, k.nodes[i].args[0])
+    else:
+        target = k.nodes[i].attr("layout")
+    groups = layout_groups(k)
+    members = [j for j, g in enumerate(groups) if g == groups[i] and j != i]
+    changed = False
+    for j in members:
+        operands = k.nodes[j].inputs if OPS[k.nodes[j].op].kind == ELEMENTWISE else ()
+        for producer in (j, *operands):
+            n = nodes[producer]
+            if n.op not in LAYOUT_OPS:
+                continue
+            new = derived(target, n.type.shape)
+            if new is not None and new != n.attr("layout"):
+                attrs = tuple((key, new if key == "layout" else value)
+                              for key, value in n.attrs)
+                nodes[producer] = replace(n, attrs=attrs)
+                changed = True
+    if kind == "member" and not changed:
+        raise ConstraintError("propagate_layout: the group already has that layout")
+    for j, n in enumerate(nodes):  # relayouts that now move nothing
+        if n.op == "relayout" and j in members and isinstance(n.args[0], int) \
+                and _layout_of(nodes, k, n.args[0]) == n.attr("layout"):
+            nodes = replace_uses(nodes, j, n.args[0])
+    return rebuild(k, nodes, k.output, machine)
+
+
+def derived(target: Layout, shape: tuple[int, ...]) -> Layout | None:
+    """The layout an operand of ``shape`` must have to meet a result laid out as
+    ``target`` under broadcasting: full axes as in the target, size-1 axes local and
+    replicated over the levels the target spreads there. None if no such layout."""
+    rank = len(target.shape)
+    offset = rank - len(shape)
+    if offset < 0:
+        return None
+    axes: list[tuple[Factor, ...]] = []
+    replicated = set(target.replicated)
+    for ax, size in enumerate(shape):
+        full = target.shape[ax + offset]
+        if size == full:
+            axes.append(target.axes[ax + offset])
+        elif size == 1:
+            axes.append((Factor(1),))
+        else:
+            return None
+    for ax in range(rank):
+        if ax < offset or shape[ax - offset] != target.shape[ax]:
+            replicated |= target.axis_levels(ax)
+    spread = {f.level for axis in axes for f in axis if f.level}
+    return make_layout(shape, axes, replicated - spread)
+
+
+def _layout_of(nodes, k: Kernel, j: int) -> Layout | None:
+    """A node's layout after the edit: its new attribute if it is a layout op."""
+    n = nodes[j]
+    return n.attr("layout") if n.op in LAYOUT_OPS else k.nodes[j].type.layout

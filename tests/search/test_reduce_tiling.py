@@ -1,0 +1,92 @@
+"""tile_reduction: a reduced axis cut into tiles, partial results combined once."""
+
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from stochopt import load_spec
+from stochopt.backend.cost import cost
+from stochopt.backend.emulate import emulate, random_inputs
+from stochopt.backend.machine import MNCORE2, SMALL
+from stochopt.errors import ConstraintError
+from stochopt.leir import check, parse, render
+from stochopt.lower import lower
+from stochopt.search.reduce_tiling import tile_reduction, where_tile_reduction
+from stochopt.search.schedule import schedule
+from stochopt.verify import check as verify
+from tests.strategies import kernels
+
+
+def lowered(name: str):
+    spec = load_spec(f"specs/{name}.py")
+    return spec, lower(spec)
+
+
+def _seed(kernel, op: str) -> int:
+    return next(i for i, n in enumerate(kernel.nodes) if n.op == op)
+
+
+def test_softmax_attention_tiles_over_positions_and_keeps_meaning():
+    spec, kernel = lowered("attention_decode")
+    tiled = tile_reduction(kernel, (_seed(kernel, "reduce_max"), 2), MNCORE2)
+    assert check(tiled, MNCORE2) == tiled and parse(render(tiled)) == tiled
+    ops = [n.op for n in tiled.nodes]
+    # k and v each loaded in two position tiles; the max, the sum and the output
+    # matmul each combined once from their two partials
+    assert ops.count("load") == 1 + 2 * 2 and ops.count("maximum") == 1
+    assert ops.count("reduce_sum") == 2 and ops.count("matmul") == 4
+    slices = [n.attr("bounds") for n in tiled.nodes if n.op == "slice"]
+    assert ((0, 1024), (0, 128)) in slices and ((1024, 2048), (0, 128)) in slices
+    verdict = verify(tiled, spec, examples=8, baseline=kernel, seed=1)
+    assert verdict.equivalent, verdict.counterexample.describe()
+    assert cost(schedule(tiled, MNCORE2)).cycles < cost(kernel).cycles
+
+
+def test_a_tensor_read_by_two_matmuls_is_loaded_once_per_tile():
+    _, kernel = lowered("mla_decode")
+    tiled = tile_reduction(kernel, (_seed(kernel, "reduce_sum"), 4), MNCORE2)
+    c_kv = [n for n in tiled.nodes if n.op == "load"
+            and tiled.nodes[n.args[0]].op == "slice"
+            and tiled.nodes[tiled.nodes[n.args[0]].args[0]].attr("name") == "c_kv"]
+    assert len(c_kv) == 4
+    inputs = random_inputs(kernel, seed=0, low=-1.0, high=1.0)
+    want = emulate(kernel, inputs, MNCORE2, exact=True)
+    np.testing.assert_allclose(emulate(tiled, inputs, MNCORE2, exact=True), want, rtol=1e-12)
+
+
+def test_an_axis_that_reaches_the_output_is_left_to_tile_output():
+    _, kernel = lowered("mla_decode")
+    first_matmul = _seed(kernel, "matmul")  # its K (the latent) is the output's axis
+    with pytest.raises(ConstraintError, match="reaches the output"):
+        tile_reduction(kernel, (first_matmul, 2), MNCORE2)
+
+
+def test_an_axis_that_passes_a_reshape_is_refused():
+    kernel = parse('''def k(x: "f32[8,16] @ dram") -> "f32[8,1] @ dram":
+    xs = load(x, "(8,16)/((8),(16))")
+    y = reshape(xs, (8, 4, 4))
+    t = reduce_sum(reduce_sum(y, axis=2), axis=1, keepdims=True)
+    return store(t + reduce_max(xs, axis=1, keepdims=True))
+''', "small")
+    with pytest.raises(ConstraintError, match="does not go through reshape"):
+        tile_reduction(kernel, (_seed(kernel, "reduce_max"), 2), SMALL)
+
+
+@settings(max_examples=80, deadline=None)
+@given(kernel=kernels(max_ops=10), data=st.data())
+def test_tiling_a_reduced_axis_of_any_kernel_keeps_values_or_refuses_clearly(kernel, data):
+    sites = where_tile_reduction(kernel)
+    assume(sites)
+    site = data.draw(st.sampled_from(sites))
+    try:
+        tiled = tile_reduction(kernel, site, SMALL)
+    except ConstraintError as e:
+        assert str(e).startswith(("cannot tile the reduced axis", "line")), str(e)
+        return
+    assert check(tiled, SMALL) == tiled and parse(render(tiled), "small") == tiled
+    inputs = random_inputs(kernel, seed=2, low=-2.0, high=2.0)
+    with np.errstate(all="ignore"):
+        want = emulate(kernel, inputs, SMALL, exact=True)
+        got = emulate(tiled, inputs, SMALL, exact=True)
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, equal_nan=True)

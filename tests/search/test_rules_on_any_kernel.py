@@ -1,0 +1,56 @@
+"""Every rewrite rule on generated kernels: the same values, or a clear refusal."""
+
+import random
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from stochopt.backend.emulate import emulate, random_inputs
+from stochopt.backend.machine import SMALL
+from stochopt.errors import ConstraintError
+from stochopt.leir import check, parse, render
+from stochopt.search.rewrite import RULES, apply_rule
+from tests.strategies import kernels
+
+WHOLE_KERNEL_RULES = ("tile_reduction", "propagate_layout", "swap_matmul_orientation",
+                      "cancel_transposes", "split_k_to_batch", "reduce_by_relayout",
+                      "split_matmul_operand_hi_lo", "list_schedule", "scale_before_matmul")
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kernel=kernels(max_ops=10), data=st.data())
+def test_a_rule_keeps_exact_values_or_refuses_with_a_constraint_error(kernel, data):
+    applicable = [r for r in RULES if r.name in WHOLE_KERNEL_RULES and r.find(kernel)]
+    assume(applicable)
+    rule = data.draw(st.sampled_from(applicable))
+    site = data.draw(st.sampled_from(rule.find(kernel)))
+    try:
+        out = apply_rule(rule, kernel, site, SMALL, random.Random(0))
+    except ConstraintError:
+        return
+    if out is None:
+        return
+    assert check(out, SMALL) == out and parse(render(out), "small") == out
+    inputs = random_inputs(kernel, seed=2, low=-2.0, high=2.0)
+    with np.errstate(all="ignore"):
+        want = emulate(kernel, inputs, SMALL, exact=True)
+        got = emulate(out, inputs, SMALL, exact=True)
+    # exact mode has no rounding: a rule may only reorder a sum; bf16 casts are exact
+    # there too, so the lossy rules must also hold
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9, equal_nan=True)
+
+
+def test_scaling_a_matmul_operand_leaves_the_matmuls_other_readers_unscaled():
+    kernel = parse('''def k(a: "bf16[16,64] @ dram",
+      b: "bf16[64,16] @ dram") -> "f32[16,16] @ dram":
+    t = matmul(load(a, "(16,64)/((16),(64))"), load(b, "(64,16)/((64),(16))"))
+    return store(t * 2.0 + t)
+''', "small")
+    rule = next(r for r in RULES if r.name == "scale_before_matmul")
+    out = apply_rule(rule, kernel, rule.find(kernel)[0], SMALL)
+    inputs = random_inputs(kernel, seed=1)
+    np.testing.assert_allclose(emulate(out, inputs, SMALL, exact=True),
+                               emulate(kernel, inputs, SMALL, exact=True), rtol=1e-12)
