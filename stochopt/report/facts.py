@@ -17,6 +17,7 @@ from array import array
 from pathlib import Path
 
 from stochopt.errors import StochoptError
+from stochopt.report.llm_facts import llm_facts, llm_headline
 
 RUNNING_WITHIN_S = 15.0   # a run whose files changed this recently is still going
 TIMELINE_BINS = 30        # bins of the acceptance-over-time series
@@ -83,6 +84,7 @@ def run_facts(run_dir: str | Path, now: float | None = None) -> dict:
                                           "baseline.leir", "best.leir", lineterm="")),
         "counterexamples": _count_files(rd / "counterexamples"),
         "llm_transcripts": _count_files(rd / "llm"),
+        "llm": llm_facts(rd, run),   # requests, prompt sizes, failures, variants
         "notes": notes,
     }
     _check_trajectory(facts, rd)
@@ -133,7 +135,7 @@ def headline(f: dict) -> list[tuple[str, str]]:
                      f"{format_share(f['baseline_roofline_share'])})"),
         ("verified", verified),
         ("LLM", f"{f['tokens']} tokens, {format_usd(f['cost_usd'])}"),
-    ]
+    ] + llm_headline(f.get("llm"))
     return rows
 
 

@@ -42,6 +42,7 @@ def summary_lines(r) -> list[str]:
         f"({r.roofline_cycles} cycles)",
         f"{r.proposals} candidates, {r.accepted} accepted, in {format_duration(r.elapsed_s)} "
         f"(stopped by {r.stopped_by}); best verified: {'yes' if r.verified else 'NO'}",
+        *([f"LLM: {r.tokens} tokens, ${r.cost_usd:.4f}"] if r.tokens or r.cost_usd else []),
         f"best kernel: {r.best_path}",
         f"run directory: {r.run_dir}",
     ] + [f"error: {e} (that chain stopped; the others went on)" for e in r.errors] + [

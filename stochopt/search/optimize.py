@@ -241,6 +241,12 @@ def _drive(rd: Path, run: dict, state: dict, start_text: str, baseline_text: str
     if stopped_by["why"] == "budget" and run.get("max_proposals") and \
             stats.proposals >= run["max_proposals"]:
         stopped_by["why"] = "max_proposals"
+    llm_note = stats.llm_note()
+    if llm_note:  # the LLM failed: say so where the user looks, and in the run's files
+        stats.notes.append(llm_note)
+        if run["arms"] == ["llm"] and stats.llm_stopped and stopped_by["why"] != "interrupted":
+            stopped_by["why"] = "llm_failed"   # the CLI exits 1
+        _record_llm_status(rd, stats)
     finished = stopped_by["why"] != "interrupted"
     _checkpoint(rd, stats, chain_states, finished=finished)
     if finished:
@@ -252,6 +258,15 @@ def _drive(rd: Path, run: dict, state: dict, start_text: str, baseline_text: str
     if stats.errors and stats.proposals == 0:
         raise StochoptError("every chain failed: " + "; ".join(stats.errors[:3]))
     return _result(rd, run, stats, m, stopped_by["why"])
+
+
+def _record_llm_status(rd: Path, stats) -> None:
+    """run.json and best.json say why the LLM gave no candidates."""
+    status = {"stopped": stats.llm_stopped, "last_error": stats.llm_last_error,
+              "candidates_from_replies": stats.llm_answered,
+              "requests_failed": stats.llm_failed}
+    for name in ("run.json", "best.json"):
+        write_json(rd / name, {**read_json(rd / name), "llm_status": status})
 
 
 def _recheck_best(rd: Path, spec, machine, seed: int, baseline_text: str,
@@ -341,6 +356,10 @@ class _Stats:
         self.by_proposer: dict[str, dict[str, int]] = {}
         self.errors: list[str] = []
         self.llm_error: str | None = None  # the last failed LLM request, until one works
+        self.llm_last_error: str | None = None
+        self.llm_stopped: str | None = None  # why the LLM proposer gave up, if it did
+        self.llm_answered = 0  # LLM candidates read from replies
+        self.llm_failed = 0    # LLM requests that failed (each is one event)
         self.recent: list[float] = []
         self.bests: list[dict] = list(state.get("bests", []))  # the last verified bests
         self.notes: list[str] = []
@@ -362,9 +381,24 @@ class _Stats:
         self.cost_usd += e.get("cost_usd") or 0.0
         if e["proposer"] == "llm" and e.get("move") != "no_reply":
             self.llm_error = e["error"] if e.get("move") == "request_failed" else None
+            self.llm_last_error = self.llm_error or self.llm_last_error
+            self.llm_failed += e.get("move") == "request_failed"
+            self.llm_answered += e.get("move") != "request_failed"
+            self.llm_stopped = e.get("llm_stopped") or self.llm_stopped
         counts = self.by_proposer.setdefault(e["proposer"], {})
         counts[e["outcome"]] = counts.get(e["outcome"], 0) + 1
         self.recent.append(time.time())
+
+    def llm_note(self) -> str | None:
+        """The LLM's failure as one line for the summary, or None when it worked."""
+        if self.llm_stopped:
+            if self.run["arms"] == ["llm"]:
+                return self.llm_stopped
+            return f"{self.llm_stopped}; the built-in proposers went on without it"
+        if self.llm_failed and not self.llm_answered:
+            return f"every LLM request failed ({self.llm_failed}); the last: " \
+                   f"{self.llm_last_error}"
+        return None
 
     def snapshot(self) -> dict:
         now = time.time()
@@ -378,4 +412,5 @@ class _Stats:
                 "roofline_share": self.run["roofline_cycles"] / self.best_cycles,
                 "by_proposer": self.by_proposer, "tokens": self.tokens,
                 "cost_usd": self.cost_usd,
-                "errors": self.errors + ([self.llm_error] if self.llm_error else [])}
+                "errors": self.errors + ([self.llm_stopped or self.llm_error]
+                                         if self.llm_stopped or self.llm_error else [])}
