@@ -364,9 +364,9 @@ class LLMProposer:
             self._describe_prompt(t, prompt, room)
             if not prompt.fits:
                 raise RequestFailed(
-                    f"even the smallest prompt (about {prompt.estimate_tokens} tokens) does "
-                    f"not fit the model's context of {self.context_tokens} tokens with "
-                    f"{room} tokens kept for the reply", [], 0.0, kind="context_small")
+                    f"the smallest prompt (about {prompt.estimate_tokens} tokens) and the "
+                    f"reply's {room} do not fit a context of {self.context_tokens} tokens",
+                    [], 0.0, kind="context")
             try:
                 reply = self.client.complete(prompt.messages, self._overrides(variant, room))
             except RequestFailed as e:
@@ -429,8 +429,7 @@ class LLMProposer:
             self._failed_in_a_row += 1
             same = self._streak[1] + 1 if self._streak[0] == kind else 1
             self._streak = (kind, same)
-            if (kind in UNFIXABLE or kind == "context_small") and same >= GIVE_UP_AFTER \
-                    and self.stopped is None:
+            if kind in UNFIXABLE and same >= GIVE_UP_AFTER and self.stopped is None:
                 self.stopped = cand.stopped = self._give_up_message(kind, message, same)
                 t["stopped"] = self.stopped
             pause = min(MAX_COOLDOWN_S,
@@ -484,12 +483,9 @@ class LLMProposer:
         base_url, model = self.client.base_url, self.options["model"]
         names = [m.get("id") for m in self.served or [] if m.get("id")]
         if kind == "context":
-            return (f"the prompt does not fit the model's context; pass --context-tokens "
-                    f"with the server's context size (now {self.context_tokens}, from "
-                    f"{self.context_source}) or give the server a longer one")
-        if kind == "context_small":
-            return ("raise --context-tokens to the model's real context (and the server's, "
-                    "e.g. llama.cpp -c), or lower --max-tokens")
+            return (f"the model's context is {self.context_tokens} tokens (from "
+                    f"{self.context_source}): give the server a longer one (llama.cpp -c, "
+                    f"Ollama num_ctx) and pass it as --context-tokens, or lower --max-tokens")
         if kind == "auth":
             return f"check the API key (OPENAI_API_KEY) for {base_url}"
         if kind == "not_found":

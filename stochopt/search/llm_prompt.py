@@ -160,7 +160,7 @@ class Level:
     lets a model write a kernel; a prompt takes the first level that fits its budget."""
     name: str
     reference: str        # full: the two documents; focused: the sections and ops that
-                          # matter here; cheatsheet: one page
+                          # matter here; cheatsheet: one page; brief: it with those ops only
     profile: str          # full: the costliest ops; critical: the critical path only
     failures: int         # the most recent failures shown (the variant picks which)
     code_chars: int       # of each failed candidate's text
@@ -174,7 +174,7 @@ LEVELS = (
     Level("critical path", "full", "critical", 2, 1200, MAX_ERROR_CHARS, False),
     Level("focused reference", "focused", "critical", 2, 1200, 600, False),
     Level("cheat sheet", "cheatsheet", "critical", 2, 1200, 600, False),
-    Level("minimal", "cheatsheet", "critical", 1, 600, 300, False),
+    Level("minimal", "brief", "critical", 1, 600, 300, False),
 )
 
 
@@ -208,19 +208,27 @@ class PromptBuilder:
         """The richest prompt from ``min_level`` on whose estimate (``estimate(messages)``)
         fits ``budget_tokens``; the last level, marked as not fitting, when none does."""
         profile = cost(kernel, self.machine)
-        used = {n.op for n in kernel.nodes}
         prompt = None
         for index in range(min(min_level, len(LEVELS) - 1), len(LEVELS)):
-            level = LEVELS[index]
-            messages = [
-                {"role": "system", "content": self.system(level.reference, used, focus)},
-                {"role": "user", "content": self.user(kernel, profile, failures, level,
-                                                      focus, earlier)}]
-            tokens = estimate(messages)
-            prompt = Prompt(messages, index, tokens, tokens <= budget_tokens)
+            prompt = self.at_level(index, kernel, failures, budget_tokens, estimate, focus,
+                                   earlier, profile)
             if prompt.fits:
                 break
         return prompt
+
+    def at_level(self, index: int, kernel, failures: list[dict], budget_tokens: int,
+                 estimate, focus: str = "open", earlier: tuple[int, str] | None = None,
+                 profile=None) -> Prompt:
+        """The prompt at LEVELS[index], and whether it fits the budget."""
+        level = LEVELS[index]
+        profile = profile or cost(kernel, self.machine)
+        used = {n.op for n in kernel.nodes}
+        messages = [
+            {"role": "system", "content": self.system(level.reference, used, focus)},
+            {"role": "user", "content": self.user(kernel, profile, failures, level, focus,
+                                                  earlier)}]
+        tokens = estimate(messages)
+        return Prompt(messages, index, tokens, tokens <= budget_tokens)
 
     def messages(self, kernel, failures: list[dict]) -> list[dict]:
         """The fullest prompt, whatever its size."""
@@ -230,15 +238,16 @@ class PromptBuilder:
         key = (reference,) if reference == "full" else (
             reference, frozenset(used_ops), focus)
         if key not in self._systems:
+            ops = frozenset(used_ops) | FOCUS_OPS.get(focus, frozenset()) | {"load", "store"}
             if reference == "full":
                 leir, machine = reference_text("leir.md"), reference_text("machine.md")
             elif reference == "focused":
-                ops = frozenset(used_ops) | FOCUS_OPS.get(focus, frozenset()) | {"load",
-                                                                                  "store"}
                 leir = focused_reference("leir.md", LEIR_SECTIONS, ops)
                 machine = focused_reference("machine.md", MACHINE_SECTIONS, None)
             else:
-                leir, machine = cheatsheet(self.templates["cheatsheet.txt"]), ""
+                leir = cheatsheet(self.templates["cheatsheet.txt"],
+                                  ops if reference == "brief" else None)
+                machine = ""
             self._systems[key] = fill(self.templates["system.txt"], {
                 "leir_reference": leir, "machine_reference": machine,
                 "machine_name": self.machine.name, "machine_summary": self.summary})
@@ -340,11 +349,16 @@ def _only_ops(section: str, ops) -> str:
     return "\n".join(out) + "\n" if any_kept else ""
 
 
-def cheatsheet(template: str) -> str:
-    """The one-page reference: cheatsheet.txt with every op's one-line doc."""
+def cheatsheet(template: str, ops=None) -> str:
+    """The one-page reference: cheatsheet.txt with the one-line doc of every op (of
+    ``ops`` only, when given)."""
     from stochopt.leir.ops import OPS
-    return fill(template, {"ops": "\n".join(f"- {op.doc}" for op in OPS.values()
-                                             if op.name != "input")})
+    shown = [op for op in OPS.values() if op.name != "input" and (ops is None or
+                                                                  op.name in ops)]
+    others = "" if ops is None else (
+        "\n(other ops: " + ", ".join(o.name for o in OPS.values()
+                                     if o.name != "input" and o not in shown) + ")")
+    return fill(template, {"ops": "\n".join(f"- {op.doc}" for op in shown) + others})
 
 
 def profile_text(kernel, profile: Profile, critical_only: bool = False) -> str:
