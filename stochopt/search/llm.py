@@ -203,7 +203,7 @@ class LLMProposer:
             cand = self._pop()
             if cand is None:
                 self._start_requests(chain)  # a cooldown may have ended
-        return cand
+        return cand or self._pop()   # the failure that stopped the proposer, if it just did
 
     def record(self, event: dict, cand: Candidate) -> None:
         """The chain's verdict on a candidate: into its transcript and the next prompt."""
