@@ -29,6 +29,7 @@ from stochopt.search.llm_client import (
     Reply,
     RequestFailed,
     price_of,
+    what_to_change,
     write_json_atomic,
     write_text_atomic,
 )
@@ -476,26 +477,11 @@ class LLMProposer:
 
     def _give_up_message(self, kind: str, message: str, count: int) -> str:
         """One line: what failed, and what to change."""
-        return (f"the LLM proposer stopped after {count} identical failures "
-                f"({message[:240]}): {self._advice(kind)}")
-
-    def _advice(self, kind: str) -> str:
-        base_url, model = self.client.base_url, self.options["model"]
         names = [m.get("id") for m in self.served or [] if m.get("id")]
-        if kind == "context":
-            return (f"the model's context is {self.context_tokens} tokens (from "
-                    f"{self.context_source}): give the server a longer one (llama.cpp -c, "
-                    f"Ollama num_ctx) and pass it as --context-tokens, or lower --max-tokens")
-        if kind == "auth":
-            return f"check the API key (OPENAI_API_KEY) for {base_url}"
-        if kind == "not_found":
-            if names and model not in names:
-                return f"check --model: {base_url} serves {', '.join(names[:5])}"
-            return f"check --base-url (now {base_url}; it usually ends in /v1) and --model"
-        if kind == "connection":
-            return f"nothing answers at {base_url}: start the server or fix --base-url"
-        return ("the server refused the request: check --model, --temperature, --max-tokens "
-                "and --llm-n against what it accepts")
+        fix = what_to_change(kind, self.client.base_url, self.options["model"], names,
+                             self.context_tokens, self.context_source)
+        return (f"the LLM proposer stopped after {count} identical failures "
+                f"({message[:240]}): {fix}")
 
     # -- replies ---------------------------------------------------------------------
     def _candidates(self, rid: str, reply: Reply, base_text: str) -> list[LLMCandidate]:

@@ -79,6 +79,25 @@ class Reply:
 UNFIXABLE = ("context", "bad_request", "auth", "not_found", "connection")
 
 
+def what_to_change(kind: str, base_url: str, model: str, served: list[str],
+                   context_tokens: int | None, context_source: str) -> str:
+    """What the user should change after failures of this kind, in their flags' words."""
+    if kind == "context":
+        return (f"the model's context is {context_tokens} tokens (from {context_source}): "
+                f"give the server a longer one (llama.cpp -c, Ollama num_ctx) and pass it "
+                f"as --context-tokens, or lower --max-tokens")
+    if kind == "auth":
+        return f"check the API key (OPENAI_API_KEY) for {base_url}"
+    if kind == "not_found":
+        if served and model not in served:
+            return f"check --model: {base_url} serves {', '.join(served[:5])}"
+        return f"check --base-url (now {base_url}; it usually ends in /v1) and --model"
+    if kind == "connection":
+        return f"nothing answers at {base_url}: start the server or fix --base-url"
+    return ("the server refused the request: check --model, --temperature, --max-tokens "
+            "and --llm-n against what it accepts")
+
+
 class RequestFailed(Exception):
     """Every try failed (or one failed in a way that retrying cannot fix)."""
 
