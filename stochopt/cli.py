@@ -248,8 +248,9 @@ def _print_verdict(kernel_path: str, spec, verdict) -> None:
               "(default: $OPENAI_BASE_URL, else OpenAI). The key is $OPENAI_API_KEY.")
 @click.option("--llm-concurrency", "concurrency", default=2, show_default=True,
               type=click.IntRange(1, 64), help="LLM requests in flight per chain.")
-@click.option("--llm-timeout", "timeout_s", default=60.0, show_default=True,
-              type=click.FloatRange(min=0, min_open=True), help="Seconds per LLM request try.")
+@click.option("--llm-timeout", "timeout_s", default=None,
+              type=click.FloatRange(min=0, min_open=True), help="Seconds per LLM request try "
+              "(default 60, or 600 for a server on this machine).")
 @click.option("--llm-retries", "retries", default=4, show_default=True,
               type=click.IntRange(0, 64), help="Retries on 429, 5xx, timeouts, broken replies.")
 @click.option("--llm-n", "n", default=1, show_default=True, type=click.IntRange(1, 16),

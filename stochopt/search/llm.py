@@ -12,12 +12,14 @@ next prompt. Every request is written to llm/ in the run directory.
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 from stochopt.errors import ParseError, StochoptError
 from stochopt.leir.parser import parse
@@ -58,7 +60,7 @@ from stochopt.verify.check import check, check_signature
 DEFAULTS = {
     "model": None, "base_url": None, "api_key": None,
     "concurrency": 2,          # requests in flight per chain
-    "timeout_s": 60.0,         # per try
+    "timeout_s": None,         # per try; unset: 60 s, or 600 s for a server on this machine
     "retries": 4,              # tries after the first, on 429, 5xx, timeouts, broken JSON
     "backoff_s": 1.0,          # first backoff; doubles per try, with jitter
     "n": 1,                    # choices per request
@@ -74,6 +76,12 @@ DEFAULTS = {
 MAX_CANDIDATES = 8             # code blocks taken from one reply
 MAX_COOLDOWN_S = 300.0         # the longest pause after failed requests
 GIVE_UP_AFTER = 3              # identical unfixable failures in a row stop the proposer
+LOCAL_TIMEOUT_S = 600.0        # the default timeout for a server on this machine
+
+
+def _on_this_machine(base_url: str | None) -> bool:
+    host = urlparse(base_url or os.environ.get("OPENAI_BASE_URL") or "").hostname or ""
+    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 def llm_options(llm: dict | None, max_cost: float | None = None) -> dict | None:
@@ -88,6 +96,8 @@ def llm_options(llm: dict | None, max_cost: float | None = None) -> dict | None:
     o = {**DEFAULTS, **{k: v for k, v in llm.items() if v is not None}}
     if max_cost is not None:
         o["max_cost"] = max_cost
+    if o["timeout_s"] is None:   # a CPU-bound local model reads a 3k-token prompt in minutes
+        o["timeout_s"] = LOCAL_TIMEOUT_S if _on_this_machine(o["base_url"]) else 60.0
     for key, low in (("concurrency", 1), ("retries", 0), ("n", 1), ("failures_in_prompt", 0)):
         v = o[key]
         if not isinstance(v, int) or isinstance(v, bool) or v < low or v > 64:
