@@ -334,7 +334,7 @@ class LLMProposer:
             if self.context_tokens is not None:
                 return
             model = self.options["model"]
-            self.served = None if self.options.get("cache") else self.client.served_models()
+            self.served = self.client.served_models()
             found = context_from_models(self.served or [], model)
             for value, source in ((self.options.get("context_tokens"), "--context-tokens"),
                                   (found, "the server's /v1/models"),

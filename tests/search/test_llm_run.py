@@ -174,3 +174,22 @@ def test_the_report_counts_what_each_prompt_variant_produced(tmp_path):
     events = read_events(run_dir / "events.jsonl")
     assert {e["llm_variant"] for e in events} <= set(rows)
     assert [e["prompt_tokens"] for e in events if "prompt_tokens" in e][:2] == [1000, 1000]
+
+
+def test_the_live_view_shows_why_the_llm_stopped_until_the_end():
+    import time
+
+    from rich.console import Console
+
+    from stochopt.search.display import progress_view
+    from stochopt.search.optimize import _Stats
+    stats = _Stats({"spec": "softmax", "budget_s": 60.0, "baseline_cycles": 7652,
+                    "roofline_cycles": 1536, "arms": ["mutate", "llm"]}, {}, time.time())
+    why = "the LLM proposer stopped after 3 identical failures (HTTP 401): check the API key"
+    stats.add({"proposer": "llm", "move": "request_failed", "outcome": "invalid",
+               "error": "LLM request failed: HTTP 401", "llm_stopped": why})
+    stats.add({"proposer": "mutate", "move": "swap", "outcome": "rejected", "error": None})
+    console = Console(record=True, width=200)
+    console.print(progress_view(stats.snapshot()))
+    assert why in console.export_text()
+    assert stats.llm_note() == why + "; the built-in proposers went on without it"
