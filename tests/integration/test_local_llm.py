@@ -108,7 +108,7 @@ def optimize(url: str, spec: str, run_dir: Path, *extra: str) -> subprocess.Comp
         [sys.executable, "-m", "stochopt", "optimize", str(ROOT / "specs" / f"{spec}.py"),
          "--proposer", "llm", "--model", "smollm2", "--base-url", url, "--chains", "1",
          "--run-dir", str(run_dir), "--quiet", *extra],
-        capture_output=True, text=True, timeout=900, cwd=run_dir.parent,
+        capture_output=True, text=True, timeout=1800, cwd=run_dir.parent,
         env={**os.environ, "PYTHONPATH": str(ROOT), "OPENAI_API_KEY": "",
              "OPENAI_BASE_URL": "", "COLUMNS": "300"})
 
