@@ -283,16 +283,22 @@ def _print_verdict(kernel_path: str, spec, verdict) -> None:
               "(default: $OPENAI_BASE_URL, else OpenAI). The key is $OPENAI_API_KEY.")
 @click.option("--llm-concurrency", "concurrency", default=2, show_default=True,
               type=click.IntRange(1, 64), help="LLM requests in flight per chain.")
-@click.option("--llm-timeout", "timeout_s", default=60.0, show_default=True,
-              type=click.FloatRange(min=0, min_open=True), help="Seconds per LLM request try.")
+@click.option("--llm-timeout", "timeout_s", default=None,
+              type=click.FloatRange(min=0, min_open=True), help="Seconds per LLM request try "
+              "(default 60, or 600 for a server on this machine).")
 @click.option("--llm-retries", "retries", default=4, show_default=True,
               type=click.IntRange(0, 64), help="Retries on 429, 5xx, timeouts, broken replies.")
 @click.option("--llm-n", "n", default=1, show_default=True, type=click.IntRange(1, 16),
               help="Choices per LLM request.")
-@click.option("--temperature", default=None, type=click.FloatRange(0, 2),
-              help="Sampling temperature (default: the server's).")
+@click.option("--temperature", default=None, callback=lambda ctx, param, v: _temperature(v),
+              help="Sampling temperature T, or a range LOW,HIGH each request draws from "
+              "(default 0.2,1.0; reasoning models: the server's).")
 @click.option("--max-tokens", default=None, type=click.IntRange(min=1),
-              help="Longest LLM reply in tokens (default: the server's).")
+              help="Longest LLM reply in tokens (default: a quarter of the context, "
+              "1024..8192).")
+@click.option("--context-tokens", default=None, type=click.IntRange(min=256),
+              help="The model's context in tokens: prompt plus reply fit in it (default: "
+              "what the server reports, the known model's, else 8192).")
 @click.option("--price-in", default=None, type=click.FloatRange(min=0),
               help="Dollars per million prompt tokens (default: known models' prices, else 0).")
 @click.option("--price-out", default=None, type=click.FloatRange(min=0),
@@ -366,6 +372,8 @@ def optimize(ctx, spec_path, budget, proposer, chains, seed, init, name, run_dir
         console.print(line, highlight=False, soft_wrap=True)
     if result.signal is not None:  # a script must tell an interrupted run from a finished one
         sys.exit(128 + result.signal)
+    if result.stopped_by == "llm_failed":
+        sys.exit(1)   # --proposer llm and the LLM failed for good: nothing was searched
 
 
 def _refuse_flags_with_resume(ctx: click.Context, resume: str) -> None:
@@ -385,6 +393,19 @@ def _refuse_flags_with_resume(ctx: click.Context, resume: str) -> None:
         hint=f"drop {'it' if len(flags) == 1 else 'them'}, or start a new run from its best "
         f"kernel with the flags you want: stochopt optimize {Path(resume) / 'spec.py'} "
         f"--init {Path(resume) / 'best.leir'}")
+
+
+def _temperature(value: str | None):
+    """--temperature T or LOW,HIGH (checked with the other LLM settings)."""
+    if value is None:
+        return None
+    try:
+        parts = [float(x) for x in value.split(",")]
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: give a number or LOW,HIGH") from None
+    if len(parts) > 2:
+        raise click.BadParameter(f"{value!r}: give a number or LOW,HIGH")
+    return parts[0] if len(parts) == 1 else parts
 
 
 @main.command()

@@ -53,11 +53,18 @@ def held(gate: threading.Event, then: dict | None = None) -> dict:
 
 
 class LLMServer:
+    """``context_tokens``: refuse, as llama.cpp's server does, a request whose prompt (at
+    ``chars_per_token``) plus max_tokens exceeds it. ``listing``: extra keys of the model's
+    /v1/models entry (e.g. ``{"max_model_len": 4096}``, as vLLM reports)."""
+
     def __init__(self, script: list[dict] | None = None, default: dict | None = None,
-                 model: str = "test-model") -> None:
+                 model: str = "test-model", context_tokens: int | None = None,
+                 chars_per_token: float = 3.0, listing: dict | None = None) -> None:
         self.script = list(script or [])
         self.default = default or reply(NO_CODE)
         self.model = model
+        self.context_tokens, self.chars_per_token = context_tokens, chars_per_token
+        self.listing = listing or {}
         self.requests: list[dict] = []
         self.lock = threading.Lock()
         self.httpd = _QuietServer(("127.0.0.1", 0), _handler(self))
@@ -75,7 +82,27 @@ class LLMServer:
     def next_step(self, body) -> dict:
         with self.lock:
             self.requests.append({"body": body, "time": time.time()})
+            refused = self.over_context(body)
+            if refused:
+                return refused
             return self.script.pop(0) if self.script else self.default
+
+    def prompt_tokens(self, body) -> int:
+        """The prompt's tokens as this server counts them."""
+        chars = sum(len(m.get("content") or "") for m in body.get("messages", []))
+        return int(chars / self.chars_per_token)
+
+    def over_context(self, body) -> dict | None:
+        if self.context_tokens is None or not isinstance(body, dict):
+            return None
+        prompt, reply_room = self.prompt_tokens(body), body.get("max_tokens") or 0
+        if prompt + reply_room <= self.context_tokens:
+            return None
+        return error(400, message=(
+            f"This model's maximum context length is {self.context_tokens} tokens. However, "
+            f"you requested {prompt + reply_room} tokens ({prompt} in the messages, "
+            f"{reply_room} in the completion). Please reduce the length of the messages or "
+            f"completion."))
 
     def messages(self, i: int) -> str:
         """All the text of request i's messages, joined."""
@@ -130,7 +157,8 @@ def _handler(server: LLMServer):
         def do_GET(self) -> None:
             if self.path.rstrip("/").endswith("/models"):
                 self._send(200, json.dumps({"object": "list", "data": [
-                    {"id": server.model, "object": "model", "owned_by": "test"}]}).encode())
+                    {"id": server.model, "object": "model", "owned_by": "test",
+                     **server.listing}]}).encode())
             else:
                 self._send(404, b'{"error": {"message": "not found"}}')
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from stochopt.errors import StochoptError
 from stochopt.report.credit import PathCredit
+from stochopt.report.llm_facts import llm_facts, llm_headline
 from stochopt.report.words import plural
 
 RUNNING_WITHIN_S = 15.0   # a run whose files changed this recently is still going
@@ -100,6 +101,7 @@ def run_facts(run_dir: str | Path, now: float | None = None) -> dict:
         "unproved": _unproved(best_json, baseline_cycles, notes),
         "counterexamples": _count_files(rd / "counterexamples"),
         "llm_transcripts": _count_files(rd / "llm"),
+        "llm": llm_facts(rd, run),   # requests, prompt sizes, failures, variants
         "notes": notes,
     }
     _check_trajectory(facts, rd)
@@ -156,7 +158,7 @@ def headline(f: dict) -> list[tuple[str, str]]:
                      f"{format_share(f['baseline_roofline_share'])})"),
         ("verified", verified),
         ("LLM", llm_summary(f)),
-    ]
+    ] + llm_headline(f.get("llm"))
     labels = [label for label, _ in rows]
     if f.get("bound_cycles"):
         rows.insert(labels.index("roofline") + 1,

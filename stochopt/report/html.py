@@ -39,7 +39,7 @@ def render_html(facts: dict) -> str:
                          "<b>rejected</b>: refused for its cycles (too slow); "
                          "<b>wrong</b>: failed the screening inputs or the full check; "
                          "<b>invalid</b> and <b>parse_error</b>: never ran.")
-                 + _proposer_table(f)),
+                 + _proposer_table(f) + _llm_variants_table(f)),
         _section("Acceptance over time",
                  _figure(charts["acceptance"], "The share of candidates the chains moved "
                          "to (accepted or best) in each slice of the run; grey bars are "
@@ -122,8 +122,8 @@ def _figure(svg: str, caption: str) -> str:
 
 
 def _key_values(rows: list[tuple[str, str]]) -> str:
-    cells = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>"
-                    for k, v in rows)
+    cells = "".join(f"<tr{' class=bad' if k == 'LLM status' else ''}><th>{html.escape(k)}"
+                    f"</th><td>{html.escape(v)}</td></tr>" for k, v in rows)
     return f"<table class='kv'>{cells}</table>"
 
 
@@ -145,6 +145,20 @@ def _improvements_table(f: dict) -> str:
         f"{html.escape(str(s['move']))}</code></td><td>{s['chain']}</td>"
         f"<td class='text'>{html.escape(credit_text(s))}</td></tr>"
         for s in f["improvements"])
+    return (f"<div class='wide'><table class='num'><thead><tr>{head}</tr></thead>"
+            f"<tbody>{rows}</tbody></table></div>")
+
+
+def _llm_variants_table(f: dict) -> str:
+    """What each LLM prompt variant (its focus) produced."""
+    llm = f.get("llm")
+    if not llm or not llm["variants"]:
+        return ""
+    keys = ("requests", "answered", "candidates", "kernels", "accepted", "best")
+    head = "<th class=text>LLM prompt focus</th>" + "".join(f"<th>{k}</th>" for k in keys)
+    rows = "".join(f"<tr><td class='text'>{html.escape(r['focus'])}</td>"
+                   + "".join(f"<td>{r[k]}</td>" for k in keys) + "</tr>"
+                   for r in llm["variants"])
     return (f"<div class='wide'><table class='num'><thead><tr>{head}</tr></thead>"
             f"<tbody>{rows}</tbody></table></div>")
 
@@ -236,6 +250,7 @@ h1 { font-size: 26px; margin: 0 0 4px; }
 h2 { font-size: 18px; margin: 0 0 10px; }
 h3 { font-size: 14px; margin: 8px 0 6px; }
 .muted { color: #6b7280; }
+.kv tr.bad td { color: #b91c1c; font-weight: 600; }
 header p { margin: 0 0 16px; font-size: 13px; }
 .badge { font-size: 13px; padding: 2px 8px; border-radius: 10px; vertical-align: middle;
          color: white; background: #6b7280; }

@@ -101,7 +101,7 @@ def report_view(facts: dict, width: int = 100) -> Group:
     """Everything `stochopt report` prints, top to bottom, as one rich renderable."""
     parts: list = [summary_table(facts)]
     parts += [Text(f"note: {n}", style="yellow") for n in facts["notes"]]
-    parts += [Text(""), proposer_table(facts, width), Text(""),
+    parts += [Text(""), proposer_table(facts, width), *llm_variants_table(facts), Text(""),
               Text("best cycles over time", style="bold"),
               trajectory_chart(facts, width=min(width, 120)),
               improvements_table(facts), Text(""),
@@ -121,6 +121,8 @@ def summary_table(facts: dict) -> Table:
         style = None
         if label == "verified":
             style = "bold green" if facts["verified"] else "bold red"
+        elif label == "LLM status":
+            style = "bold red"
         elif label == "status" and facts["status"] != "finished":
             style = "yellow"
         table.add_row(label, Text(value, style=style or ""))
@@ -173,6 +175,22 @@ def proposer_table(facts: dict, width: int = 100) -> Table:
         table.add_row(*row, style="bold" if i == len(rows) - 1 else None,
                       end_section=i == len(rows) - 2)
     return table
+
+
+def llm_variants_table(facts: dict) -> list:
+    """What each LLM prompt variant (its focus) produced; nothing without an LLM."""
+    llm = facts.get("llm")
+    if not llm or not llm["variants"]:
+        return []
+    table = Table(title="LLM prompt variants", box=box.SIMPLE_HEAD, show_edge=False,
+                  title_justify="left", title_style="bold")
+    keys = ("requests", "answered", "candidates", "kernels", "accepted", "best")
+    table.add_column("focus")
+    for key in keys:
+        table.add_column(key, justify="right")
+    for row in llm["variants"]:
+        table.add_row(row["focus"], *(str(row[k]) for k in keys))
+    return [Text(""), table]
 
 
 def trajectory_chart(facts: dict, width: int = 80, height: int = 8) -> Text:

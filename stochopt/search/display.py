@@ -54,6 +54,7 @@ def summary_lines(r) -> list[str]:
         how = f"in {format_duration(r.elapsed_s)} (stopped by {r.stopped_by})"
     lines = [head, f"{r.proposals} candidates, {r.accepted} accepted, {how}; best verified: "
              f"{'yes' if r.verified else 'NO'}",
+             *([f"LLM: {r.tokens} tokens, ${r.cost_usd:.4f}"] if r.tokens or r.cost_usd else []),
              f"best kernel: {r.best_path}", f"run directory: {r.run_dir}"]
     if r.unproved_cycles is not None:
         lines.append(f"unproved: a faster kernel ({r.unproved_cycles} cycles) is in "

@@ -12,34 +12,61 @@ next prompt. Every request is written to llm/ in the run directory.
 from __future__ import annotations
 
 import hashlib
+import os
+import random
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 from stochopt.errors import ParseError, StochoptError
 from stochopt.leir.parser import parse
 from stochopt.leir.render import render
 from stochopt.search.chain import Candidate
-from stochopt.search.llm_client import Client, Reply, RequestFailed, price_of, write_json_atomic
+from stochopt.search.llm_client import (
+    UNFIXABLE,
+    Client,
+    Reply,
+    RequestFailed,
+    price_of,
+    what_to_change,
+    write_json_atomic,
+    write_text_atomic,
+)
+from stochopt.search.llm_context import (
+    DEFAULT_CONTEXT_TOKENS,
+    TokenCounter,
+    context_from_error,
+    context_from_models,
+    is_reasoning_model,
+    prompt_tokens_from_error,
+    reply_room,
+    table_context,
+)
 from stochopt.search.llm_prompt import (
     EDIT_START,
+    LEVELS,
+    Prompt,
     PromptBuilder,
     apply_edits,
     code_blocks,
     load_templates,
 )
+from stochopt.search.llm_variants import Variant, draw_variants, pick_failures, temperature_range
 from stochopt.verify.check import check, check_signature
 
 DEFAULTS = {
     "model": None, "base_url": None, "api_key": None,
     "concurrency": 2,          # requests in flight per chain
-    "timeout_s": 60.0,         # per try
+    "timeout_s": None,         # per try; unset: 60 s, or 600 s for a server on this machine
     "retries": 4,              # tries after the first, on 429, 5xx, timeouts, broken JSON
     "backoff_s": 1.0,          # first backoff; doubles per try, with jitter
     "n": 1,                    # choices per request
-    "temperature": None, "max_tokens": None,   # sent only when set
+    "temperature": None,       # a number, or [low, high]; unset: drawn in 0.2..1.0
+    "max_tokens": None,        # unset: the reply's room in the context
+    "context_tokens": None,    # the model's context; unset: learned from the server
     "price_in": None, "price_out": None,       # $ per million tokens; default: PRICES
     "max_cost": None,          # this worker sends nothing more once it has spent this
     "prompts": None,           # a folder of templates replacing prompts/
@@ -48,6 +75,13 @@ DEFAULTS = {
 }
 MAX_CANDIDATES = 8             # code blocks taken from one reply
 MAX_COOLDOWN_S = 300.0         # the longest pause after failed requests
+GIVE_UP_AFTER = 3              # identical unfixable failures in a row stop the proposer
+LOCAL_TIMEOUT_S = 600.0        # the default timeout for a server on this machine
+
+
+def _on_this_machine(base_url: str | None) -> bool:
+    host = urlparse(base_url or os.environ.get("OPENAI_BASE_URL") or "").hostname or ""
+    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 def llm_options(llm: dict | None, max_cost: float | None = None) -> dict | None:
@@ -62,14 +96,25 @@ def llm_options(llm: dict | None, max_cost: float | None = None) -> dict | None:
     o = {**DEFAULTS, **{k: v for k, v in llm.items() if v is not None}}
     if max_cost is not None:
         o["max_cost"] = max_cost
+    if o["timeout_s"] is None:   # a CPU-bound local model reads a 3k-token prompt in minutes
+        o["timeout_s"] = LOCAL_TIMEOUT_S if _on_this_machine(o["base_url"]) else 60.0
     for key, low in (("concurrency", 1), ("retries", 0), ("n", 1), ("failures_in_prompt", 0)):
         v = o[key]
         if not isinstance(v, int) or isinstance(v, bool) or v < low or v > 64:
             raise StochoptError(f"LLM setting {key} must be an integer in {low}..64, got {v!r}")
-    for key in ("timeout_s", "backoff_s", "temperature", "price_in", "price_out", "max_cost"):
+    for key in ("timeout_s", "backoff_s", "price_in", "price_out", "max_cost"):
         v = o[key]
-        if v is not None and (not isinstance(v, int | float) or isinstance(v, bool) or v < 0):
+        if v is not None and not _number(v):
             raise StochoptError(f"LLM setting {key} must be a number >= 0, got {v!r}")
+    for key, low in (("max_tokens", 1), ("context_tokens", 256)):
+        v = o[key]
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < low):
+            raise StochoptError(f"LLM setting {key} must be an integer >= {low}, got {v!r}")
+    if o["context_tokens"] and o["max_tokens"] and o["max_tokens"] >= o["context_tokens"]:
+        raise StochoptError(f"max_tokens {o['max_tokens']} leaves no room for the prompt in "
+                            f"a context of {o['context_tokens']} tokens",
+                            hint="lower --max-tokens or raise --context-tokens")
+    o["temperature"] = _temperature(o["temperature"])
     if not o["timeout_s"] > 0:
         raise StochoptError("the LLM timeout must be positive")
     for key in ("prompts", "cache"):
@@ -84,17 +129,35 @@ def llm_options(llm: dict | None, max_cost: float | None = None) -> dict | None:
     return o
 
 
+def _number(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and v >= 0
+
+
+def _temperature(v):
+    """None, a number, or a [low, high] range (as a list: run.json keeps it)."""
+    if v is None or (_number(v) and v <= 2):
+        return v
+    if isinstance(v, list | tuple) and len(v) == 2 and all(_number(x) and x <= 2 for x in v) \
+            and v[0] <= v[1]:
+        return [float(v[0]), float(v[1])]
+    raise StochoptError(f"LLM setting temperature must be a number in 0..2 or a range "
+                        f"[low, high] within it, got {v!r}")
+
+
 @dataclass
 class LLMCandidate(Candidate):
     request: str | None = None   # the transcript it came from (llm/<request>.json)
     number: int = 0              # its place among that request's candidates
     code: str | None = None      # the text it was read from
+    focus: str | None = None     # the variant's focus
+    prompt_tokens: int = 0       # the request's prompt, counted once (on its first candidate)
+    stopped: str | None = None   # set on the failure that made the proposer give up
 
 
 class LLMProposer:
     def __init__(self, options: dict, spec, machine, baseline, run_dir: str | Path | None,
                  chain_index: int = 0, deadline: float | None = None, stop=None,
-                 roofline_cycles: int | None = None) -> None:
+                 roofline_cycles: int | None = None, seed: int | None = None) -> None:
         self.options, self.spec, self.machine = options, spec, machine
         self.chain_index = chain_index
         self.deadline, self.stop = deadline, stop   # wall-clock time; a multiprocessing Event
@@ -103,17 +166,27 @@ class LLMProposer:
                                      baseline, roofline_cycles)
         self.closed = threading.Event()
         self.client = Client(options, self.closed)
-        self.failures: deque[dict] = deque(maxlen=options["failures_in_prompt"])
+        self.failures: deque[dict] = deque(maxlen=max(8, options["failures_in_prompt"]))
+        self.rng = random.Random(f"llm-{chain_index if seed is None else seed}")
+        self.temperatures = temperature_range(options.get("temperature"), options["model"])
+        self.tokens = TokenCounter()
         self._cond = threading.Condition()
+        self._setup = threading.Lock()
         self._ready: deque[LLMCandidate] = deque()
-        self._in_flight = 0
+        self._in_flight: dict[str, str] = {}   # request id -> its focus
         self._seq = 0
         self._failed_in_a_row = 0
+        self._streak: tuple[str, int] = ("", 0)  # (kind of the last failures, how many)
         self._cooldown_until = 0.0
+        self.context_tokens: int | None = None
+        self.context_source = ""
+        self.served: list[dict] | None = None  # the server's /v1/models listing
+        self.stopped: str | None = None          # why the proposer gave up, once it has
         self.spent_usd = 0.0
         self.transcripts: dict[str, dict] = {}
-        self._best: tuple[str, object] | None = None
-        self._system_file: str | None = None
+        self._best: tuple[str, object, int] | None = None
+        self._earlier: deque[tuple[int, str]] = deque(maxlen=3)  # (cycles, text) of old bests
+        self._system_files: set[str] = set()
         self._output_shape: tuple | None = None
         self._chain = None
 
@@ -122,7 +195,7 @@ class LLMProposer:
         baseline = parse(job.baseline_text, machine)
         options = {**DEFAULTS, **job.llm}  # a resumed run's settings may predate a default
         return cls(options, spec, machine, baseline, job.run_dir, job.index, job.deadline,
-                   stop)
+                   stop, seed=job.seed)
 
     # -- the chain's side ------------------------------------------------------------
     def take(self, chain) -> Candidate | None:
@@ -133,20 +206,30 @@ class LLMProposer:
             self._output_shape = tuple(chain.screening.references[0].shape)
         self._start_requests(chain)
         cand = self._pop()
-        while cand is None and chain.arms == ["llm"] and not self._stopping():
+        while (cand is None and chain.arms == ["llm"] and not self._stopping()
+               and self.stopped is None):
             with self._cond:
                 if not self._ready:
                     self._cond.wait(0.1)
             cand = self._pop()
             if cand is None:
                 self._start_requests(chain)  # a cooldown may have ended
-        return cand
+        return cand or self._pop()   # the failure that stopped the proposer, if it just did
 
     def record(self, event: dict, cand: Candidate) -> None:
         """The chain's verdict on a candidate: into its transcript and the next prompt."""
         if not isinstance(cand, LLMCandidate) or cand.request is None:
             return
         event["llm_request"] = cand.request
+        if cand.focus:
+            event["llm_variant"] = cand.focus
+        if cand.prompt_tokens:
+            event["prompt_tokens"] = cand.prompt_tokens
+        if cand.stopped:
+            event["llm_stopped"] = cand.stopped
+            if self.stop is not None and self._chain is not None and \
+                    self._chain.arms == ["llm"]:
+                self.stop.set()   # nothing else can propose: the run ends (exit status 1)
         outcome = event["outcome"]
         error = self._explain(event, cand)
         with self._cond:
@@ -156,7 +239,7 @@ class LLMProposer:
                     outcome=outcome, cycles=event.get("cycles"), error=error)
                 if all(c.get("outcome") for c in t["candidates"]):
                     self._save(t)
-        if outcome != "best" and cand.move != "request_failed" and self.failures.maxlen:
+        if outcome != "best" and cand.move != "request_failed":
             self.failures.append({"outcome": outcome, "cycles": event.get("cycles"),
                                   "error": error, "code": cand.code})
 
@@ -203,22 +286,30 @@ class LLMProposer:
             return self._ready.popleft() if self._ready else None
 
     def _start_requests(self, chain) -> None:
-        """Fill the free request slots, all with one prompt built from the chain now."""
+        """Fill the free request slots, each with its own variant of the prompt."""
         with self._cond:
             waiting = len({c.request for c in self._ready})
-            free = self.options["concurrency"] - self._in_flight - waiting
-            if (free <= 0 or self._stopping() or self._over_budget()
+            free = self.options["concurrency"] - len(self._in_flight) - waiting
+            if (free <= 0 or self._stopping() or self._over_budget() or self.stopped
                     or time.monotonic() < self._cooldown_until):
                 return
-            self._in_flight += free
+            variants = draw_variants(self.rng, free, set(self._in_flight.values()),
+                                     self.temperatures)
+            ids = []
+            for variant in variants:
+                self._seq += 1
+                rid = f"chain{self.chain_index}-{self._seq:05d}"
+                self._in_flight[rid] = variant.focus
+                ids.append(rid)
         kernel = self._best_kernel(chain)
-        messages = self.prompts.messages(kernel, list(self.failures))
         base_text = render(kernel)
-        for _ in range(free):
-            self._seq += 1
-            rid = f"chain{self.chain_index}-{self._seq:05d}"
-            self.transcripts[rid] = self._transcript(rid, messages)
-            threading.Thread(target=self._request, args=(rid, messages, base_text),
+        limit = self.options["failures_in_prompt"]
+        for rid, variant in zip(ids, variants, strict=True):
+            failures = pick_failures(list(self.failures), variant.failures, limit, self.rng)
+            earlier = self._earlier[-1] if variant.earlier_best and self._earlier else None
+            self.transcripts[rid] = self._transcript(rid, variant)
+            threading.Thread(target=self._request,
+                             args=(rid, variant, kernel, failures, earlier, base_text),
                              daemon=True, name=f"stochopt-llm-{rid}").start()
 
     def _best_kernel(self, chain):
@@ -227,44 +318,151 @@ class LLMProposer:
             return chain.current
         if self._best is None or self._best[0] != text:
             try:
-                self._best = (text, parse(text, self.machine))
+                kernel = parse(text, self.machine)
             except StochoptError:
                 return chain.current
+            if self._best is not None:
+                self._earlier.append((self._best[2], self._best[0]))
+            self._best = (text, kernel, chain.best_cycles)
         return self._best[1]
 
-    def _request(self, rid: str, messages: list[dict], base_text: str) -> None:
-        """On a thread: one request, its candidates into the ready queue."""
+    # -- the context -------------------------------------------------------------------
+    def _learn_context(self) -> None:
+        """Once per proposer, before the first prompt: the model's context, from the
+        setting, the server's model listing, the table of hosted models, or the default."""
+        with self._setup:
+            if self.context_tokens is not None:
+                return
+            model = self.options["model"]
+            self.served = self.client.served_models()
+            found = context_from_models(self.served or [], model)
+            for value, source in ((self.options.get("context_tokens"), "--context-tokens"),
+                                  (found, "the server's /v1/models"),
+                                  (table_context(model), "the table of hosted models"),
+                                  (DEFAULT_CONTEXT_TOKENS, "the default for unknown models")):
+                if value:
+                    self.context_tokens, self.context_source = value, source
+                    return
+
+    def _budget(self) -> tuple[int, int]:
+        """(tokens the prompt may use, tokens kept for the reply)."""
+        room = reply_room(self.context_tokens, self.options.get("max_tokens"))
+        return self.context_tokens - room, room
+
+    def _overrides(self, variant: Variant, room: int) -> dict:
+        """This request's own settings: its temperature, and the reply's room as
+        max_tokens when not set (reasoning models refuse that key)."""
+        out = {"temperature": variant.temperature}
+        if not self.options.get("max_tokens") and not is_reasoning_model(self.options["model"]):
+            out["max_tokens"] = room
+        return out
+
+    def _prompt(self, kernel, failures, variant: Variant, earlier, min_level: int = 0
+                ) -> tuple[Prompt, int]:
+        budget, room = self._budget()
+        prompt = self.prompts.build(kernel, failures, budget, self.tokens.estimate,
+                                    variant.focus, earlier, min_level)
+        return prompt, room
+
+    def _request(self, rid: str, variant: Variant, kernel, failures: list[dict], earlier,
+                 base_text: str) -> None:
+        """On a thread: one request (shrunk and sent again once if the model's context
+        refuses it), its candidates into the ready queue."""
         t = self.transcripts[rid]
         try:
-            reply = self.client.complete(messages)
+            self._learn_context()
+            prompt, room = self._prompt(kernel, failures, variant, earlier)
+            self._describe_prompt(t, prompt, room)
+            if not prompt.fits:
+                raise RequestFailed(
+                    f"the smallest prompt (about {prompt.estimate_tokens} tokens) and the "
+                    f"reply's {room} do not fit a context of {self.context_tokens} tokens",
+                    [], 0.0, kind="context")
+            try:
+                reply = self.client.complete(prompt.messages, self._overrides(variant, room))
+            except RequestFailed as e:
+                if e.kind != "context" or prompt.level == len(LEVELS) - 1:
+                    raise
+                prompt, room = self._shrink(t, e, prompt, kernel, failures, variant, earlier)
+                reply = self.client.complete(prompt.messages, self._overrides(variant, room))
+            if reply.usage_reported and not reply.cached:
+                self.tokens.observe(prompt.messages, reply.prompt_tokens)
             cands = self._candidates(rid, reply, base_text)
         except Exception as e:  # RequestFailed, or a bug: either way the run goes on
-            failed = isinstance(e, RequestFailed)
-            message = str(e) if failed else f"internal error: {type(e).__name__}: {e}"
-            latency = e.latency_s if failed else 0.0
-            cand = LLMCandidate("llm", "request_failed", error=f"LLM request failed: {message}",
-                                outcome="invalid", request=rid, latency_s=latency)
-            with self._cond:
-                t.update(status="failed", error=message, latency_s=round(latency, 3),
-                         attempts=e.attempts if failed else [],
-                         candidates=[{"move": cand.move}])
-                self._failed_in_a_row += 1
-                pause = min(MAX_COOLDOWN_S,
-                            self.options["backoff_s"] * 2 ** (self._failed_in_a_row + 1))
-                if failed:  # a Retry-After too long to wait inside the request
-                    pause = max(pause, e.cooldown_s)
-                self._cooldown_until = time.monotonic() + pause
-                t["cooldown_s"] = round(pause, 3)
-                self._in_flight -= 1
-                self._ready.append(cand)
-                self._save(t)
-                self._cond.notify_all()
+            self._failed(rid, t, variant, e)
             return
+        self._arrived(rid, t, variant, reply, cands)
+
+    def _shrink(self, t: dict, error: RequestFailed, sent: Prompt, kernel, failures, variant,
+                earlier) -> tuple[Prompt, int]:
+        """After a context-length refusal: learn what the error says, and build a prompt
+        of a later level that fits the smaller budget (never the one sent)."""
+        message = str(error)
+        with self._setup:
+            stated = context_from_error(message)
+            if stated and stated < self.context_tokens:
+                self.context_tokens, self.context_source = stated, "the server's error"
+            counted = prompt_tokens_from_error(message)
+            if counted and counted > sent.estimate_tokens:  # the estimate was not safe enough
+                self.tokens.observe(sent.messages, counted)
+        prompt, room = self._prompt(kernel, failures, variant, earlier, sent.level + 1)
+        t["shrunk"] = {"error": message[:300], "from_level": LEVELS[sent.level].name,
+                       "from_estimate_tokens": sent.estimate_tokens,
+                       "attempts": error.attempts}
+        self._describe_prompt(t, prompt, room)
+        if not prompt.fits:
+            raise RequestFailed(message, error.attempts, error.latency_s, kind="context",
+                                status=error.status)
+        return prompt, room
+
+    def _describe_prompt(self, t: dict, prompt: Prompt, room: int) -> None:
+        with self._cond:
+            t["messages"] = self._logged(prompt.messages)
+            t["prompt"] = {"level": prompt.level_name, "estimate_tokens":
+                           prompt.estimate_tokens, "chars": sum(len(m["content"]) for m in
+                                                                prompt.messages),
+                           "context_tokens": self.context_tokens,
+                           "context_source": self.context_source, "reply_tokens": room}
+            t["params"] = self.client.params(self._overrides(t["variant_obj"], room))
+
+    def _failed(self, rid: str, t: dict, variant: Variant, e: Exception) -> None:
+        failed = isinstance(e, RequestFailed)
+        message = str(e) if failed else f"internal error: {type(e).__name__}: {e}"
+        kind = e.kind if failed else "internal"
+        latency = e.latency_s if failed else 0.0
+        cand = LLMCandidate("llm", "request_failed", error=f"LLM request failed: {message}",
+                            outcome="invalid", request=rid, latency_s=latency,
+                            focus=variant.focus)
+        with self._cond:
+            t.update(status="failed", error=message, error_kind=kind,
+                     latency_s=round(latency, 3), attempts=e.attempts if failed else [],
+                     candidates=[{"move": cand.move}])
+            self._failed_in_a_row += 1
+            same = self._streak[1] + 1 if self._streak[0] == kind else 1
+            self._streak = (kind, same)
+            if kind in UNFIXABLE and same >= GIVE_UP_AFTER and self.stopped is None:
+                self.stopped = cand.stopped = self._give_up_message(kind, message, same)
+                t["stopped"] = self.stopped
+            pause = min(MAX_COOLDOWN_S,
+                        self.options["backoff_s"] * 2 ** (self._failed_in_a_row + 1))
+            if failed:  # a Retry-After too long to wait inside the request
+                pause = max(pause, e.cooldown_s)
+            self._cooldown_until = time.monotonic() + pause
+            t["cooldown_s"] = round(pause, 3)
+            self._in_flight.pop(rid, None)
+            self._ready.append(cand)
+            self._save(t)
+            self._cond.notify_all()
+
+    def _arrived(self, rid: str, t: dict, variant: Variant, reply: Reply,
+                 cands: list[LLMCandidate]) -> None:
         cost = 0.0 if reply.cached else reply.cost_usd
         tokens = 0 if reply.cached else reply.prompt_tokens + reply.completion_tokens
         cands[0].tokens, cands[0].cost_usd = tokens, cost   # the request, counted once
+        cands[0].prompt_tokens = 0 if reply.cached else reply.prompt_tokens
         for c in cands:
             c.latency_s = reply.latency_s / len(cands)
+            c.focus = variant.focus
         with self._cond:
             t.update(status="ok", latency_s=round(reply.latency_s, 3), replies=reply.contents,
                      finish_reasons=reply.finish_reasons, truncated=reply.truncated,
@@ -281,10 +479,19 @@ class LLMProposer:
                     c["outcome"] = "not evaluated: the run ended first"
             self.spent_usd += cost
             self._failed_in_a_row = 0
-            self._in_flight -= 1
+            self._streak = ("", 0)
+            self._in_flight.pop(rid, None)
             self._ready.extend(cands)
             self._save(t)
             self._cond.notify_all()
+
+    def _give_up_message(self, kind: str, message: str, count: int) -> str:
+        """One line: what failed, and what to change."""
+        names = [m.get("id") for m in self.served or [] if m.get("id")]
+        fix = what_to_change(kind, self.client.base_url, self.options["model"], names,
+                             self.context_tokens, self.context_source)
+        return (f"the LLM proposer stopped after {count} identical failures "
+                f"({message[:240]}): {fix}")
 
     # -- replies ---------------------------------------------------------------------
     def _candidates(self, rid: str, reply: Reply, base_text: str) -> list[LLMCandidate]:
@@ -342,14 +549,14 @@ class LLMProposer:
         return verdict.counterexample.describe() if verdict.counterexample else None
 
     # -- transcripts -----------------------------------------------------------------
-    def _transcript(self, rid: str, messages: list[dict]) -> dict:
+    def _transcript(self, rid: str, variant: Variant) -> dict:
         return {"id": rid, "chain": self.chain_index, "model": self.client.model,
                 "base_url": self.client.base_url, "price_per_million":
                 [self.client.price_in, self.client.price_out, self.client.price_source],
-                "params": self.client.params(),
+                "params": self.client.params(), "variant": variant.to_json(),
+                "variant_obj": variant,
                 "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "status": "in flight", "messages": self._logged(messages),
-                "candidates": []}
+                "status": "in flight", "messages": [], "candidates": []}
 
     def _logged(self, messages: list[dict]) -> list[dict]:
         """The system prompt is the same in every request: it is written once beside the
@@ -357,15 +564,16 @@ class LLMProposer:
         system = messages[0]["content"]
         digest = hashlib.sha256(system.encode()).hexdigest()
         name = f"system-{digest[:12]}.txt"
-        if self.dir is not None and self._system_file != name:
+        if self.dir is not None and name not in self._system_files:
             self.dir.mkdir(parents=True, exist_ok=True)
-            (self.dir / name).write_text(system)
-            self._system_file = name
+            write_text_atomic(self.dir / name, system)
+            self._system_files.add(name)
         return [{"role": "system", "content_file": name, "sha256": digest}] + messages[1:]
 
     def _save(self, t: dict) -> None:
         if self.dir is not None:
-            write_json_atomic(self.dir / f"{t['id']}.json", t)
+            write_json_atomic(self.dir / f"{t['id']}.json",
+                              {k: v for k, v in t.items() if k != "variant_obj"})
 
 
 def describe(options: dict | None) -> str:

@@ -73,26 +73,53 @@ class Reply:
     usage_reported: bool = True
 
 
+# Why a request failed, for the proposer: the kinds in UNFIXABLE are the same on every
+# try (a wrong URL, key or model name, a prompt too long for the model), so the proposer
+# stops after a few of them in a row instead of sending the same request all run.
+UNFIXABLE = ("context", "bad_request", "auth", "not_found", "connection")
+
+
+def what_to_change(kind: str, base_url: str, model: str, served: list[str],
+                   context_tokens: int | None, context_source: str) -> str:
+    """What the user should change after failures of this kind, in their flags' words."""
+    if kind == "context":
+        return (f"the model's context is {context_tokens} tokens (from {context_source}): "
+                f"give the server a longer one (llama.cpp -c, Ollama num_ctx) and pass it "
+                f"as --context-tokens, or lower --max-tokens")
+    if kind == "auth":
+        return f"check the API key (OPENAI_API_KEY) for {base_url}"
+    if kind == "not_found":
+        if served and model not in served:
+            return f"check --model: {base_url} serves {', '.join(served[:5])}"
+        return f"check --base-url (now {base_url}; it usually ends in /v1) and --model"
+    if kind == "connection":
+        return f"nothing answers at {base_url}: start the server or fix --base-url"
+    return ("the server refused the request: check --model, --temperature, --max-tokens "
+            "and --llm-n against what it accepts")
+
+
 class RequestFailed(Exception):
     """Every try failed (or one failed in a way that retrying cannot fix)."""
 
     def __init__(self, message: str, attempts: list[dict], latency_s: float,
-                 cooldown_s: float = 0.0) -> None:
+                 cooldown_s: float = 0.0, kind: str = "other",
+                 status: int | None = None) -> None:
         super().__init__(message)
         self.attempts, self.latency_s, self.cooldown_s = attempts, latency_s, cooldown_s
+        self.kind, self.status = kind, status
 
 
 class _Transient(Exception):
     def __init__(self, message: str, retry_after: float | None = None,
-                 status: int | None = None) -> None:
+                 status: int | None = None, kind: str = "other") -> None:
         super().__init__(message)
-        self.retry_after, self.status = retry_after, status
+        self.retry_after, self.status, self.kind = retry_after, status, kind
 
 
 class _Permanent(Exception):
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, kind: str = "other") -> None:
         super().__init__(message)
-        self.status = status
+        self.status, self.kind = status, kind
 
 
 class Client:
@@ -122,8 +149,9 @@ class Client:
         self._rng = random.Random()
 
     # -- the request, with its retries -------------------------------------------------
-    def complete(self, messages: list[dict]) -> Reply:
-        """The reply to these messages; RequestFailed when no try succeeded."""
+    def complete(self, messages: list[dict], overrides: dict | None = None) -> Reply:
+        """The reply to these messages (``overrides`` replace request settings, e.g. this
+        request's temperature); RequestFailed when no try succeeded."""
         start = time.monotonic()
         key, use = self._cache_key(messages)
         cached = self._cache_get(key, use)
@@ -133,10 +161,11 @@ class Client:
         attempts: list[dict] = []
         for attempt in range(self.retries + 1):
             try:
-                reply = self._once(messages)
+                reply = self._once(messages, overrides or {})
             except _Permanent as e:
                 attempts.append({"error": str(e), "status": e.status, "retried": False})
-                raise RequestFailed(str(e), attempts, time.monotonic() - start) from None
+                raise RequestFailed(str(e), attempts, time.monotonic() - start,
+                                    kind=e.kind, status=e.status) from None
             except _Transient as e:
                 wait = self._wait(attempt, e.retry_after)
                 retry = attempt < self.retries and wait <= MAX_WAIT_S and not self.closed.is_set()
@@ -148,7 +177,8 @@ class Client:
                     tries = len(attempts)
                     raise RequestFailed(f"{e} (gave up after {tries} tr"
                                         f"{'y' if tries == 1 else 'ies'})", attempts,
-                                        time.monotonic() - start, cooldown) from None
+                                        time.monotonic() - start, cooldown, e.kind,
+                                        e.status) from None
                 self.closed.wait(wait)  # a closing proposer cuts the wait short
                 continue
             reply.attempts = attempts
@@ -164,24 +194,34 @@ class Client:
         wait = base / 2 + self._rng.uniform(0, base / 2)
         return max(wait, retry_after or 0.0)
 
-    def params(self) -> dict:
+    def params(self, overrides: dict | None = None) -> dict:
         """The request's settings besides model and messages (only those set)."""
         o = self.options
         params = {}
         if o.get("n", 1) > 1:
             params["n"] = o["n"]
-        if o.get("temperature") is not None:
+        if isinstance(o.get("temperature"), int | float):
             params["temperature"] = o["temperature"]
         if o.get("max_tokens"):
             params["max_tokens"] = o["max_tokens"]
+        params.update({k: v for k, v in (overrides or {}).items() if v is not None})
         return params
 
-    def _once(self, messages: list[dict]) -> Reply:
+    def served_models(self) -> list[dict] | None:
+        """The /v1/models listing as plain dicts (None when the server has none)."""
+        try:
+            page = self.client.with_options(timeout=min(self.timeout_s, 10.0)).models.list()
+            return [m.model_dump() for m in page.data]
+        except Exception:  # an endpoint without /models is fine: the context has defaults
+            return None
+
+    def _once(self, messages: list[dict], overrides: dict) -> Reply:
         openai = self.openai
         deadline = time.monotonic() + self.timeout_s
         try:
             with self.client.chat.completions.with_streaming_response.create(
-                    model=self.model, messages=messages, **self.params()) as response:
+                    model=self.model, messages=messages,
+                    **self.params(overrides)) as response:
                 body = bytearray()
                 for chunk in response.iter_bytes():
                     body += chunk
@@ -195,7 +235,8 @@ class Client:
         except openai.APITimeoutError:
             raise _Transient(f"no reply within {self.timeout_s:g} s (timeout)") from None
         except openai.APIConnectionError as e:
-            raise _Transient(f"connection failed: {e.__cause__ or e}") from None
+            raise _Transient(f"connection failed: {e.__cause__ or e}",
+                             kind="connection") from None
         except (_Transient, _Permanent):
             raise
         except Exception as e:  # the transport broke mid-body: httpx errors and the like
@@ -267,9 +308,19 @@ def _status_error(e) -> Exception:
     text = f"HTTP {status} from the endpoint: {detail}"
     if status == 429 or status == 408 or status == 409 or status >= 500:
         return _Transient(text, _retry_after(e.response.headers), status)
+    from stochopt.search.llm_context import is_context_error
+    if is_context_error(status, detail) or _error_code(e) == "context_length_exceeded":
+        return _Permanent(text, status, "context")
+    kind = {401: "auth", 403: "auth", 404: "not_found"}.get(status, "bad_request")
     hints = {401: "check OPENAI_API_KEY", 403: "check OPENAI_API_KEY and its permissions",
              404: "check --base-url (it usually ends in /v1) and --model"}
-    return _Permanent(text + (f"; {hints[status]}" if status in hints else ""), status)
+    return _Permanent(text + (f"; {hints[status]}" if status in hints else ""), status, kind)
+
+
+def _error_code(e) -> str | None:
+    body = getattr(e, "body", None)
+    inner = body.get("error", body) if isinstance(body, dict) else None
+    return inner.get("code") if isinstance(inner, dict) else None
 
 
 def _error_message(e) -> str:
@@ -306,7 +357,11 @@ def _int(v) -> int:
 
 def write_json_atomic(path: Path, data) -> None:
     """Write to a temporary file beside it, then rename (no fsync: logs, not results)."""
+    write_text_atomic(path, json.dumps(data, indent=1, default=str) + "\n")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
+    tmp.write_text(text)
     os.replace(tmp, path)

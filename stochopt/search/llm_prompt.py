@@ -1,10 +1,12 @@
 """The LLM's prompts: plain-text templates in prompts/ filled with named fields.
 
-    system.txt   the fixed part of every request: the LEIR reference and the machine's
-                 cost rules (docs/leir.md and docs/machine.md, compacted)
-    user.txt     what changes: the spec, the best kernel with its profile and roofline,
-                 the recent failures
-    failure.txt  one recent failure, repeated into user.txt's $failures
+    system.txt      the reference part of every request: the LEIR reference and the
+                    machine's cost rules (docs/leir.md and docs/machine.md, compacted,
+                    shortened or replaced by the cheat sheet when the context is small)
+    user.txt        what changes: the spec, the best kernel with its profile and roofline,
+                    the request's focus, the recent failures
+    failure.txt     one recent failure, repeated into user.txt's $failures
+    cheatsheet.txt  the one-page reference for small contexts
 
 and the reading of the answers they ask for: fenced code blocks holding a whole kernel,
 or SEARCH/REPLACE edits of the kernel shown.
@@ -17,6 +19,7 @@ is an error at startup, with the fields that do.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from string import Template
@@ -24,6 +27,7 @@ from string import Template
 from stochopt.backend.cost import Profile, cost, roofline_of_kernel
 from stochopt.errors import ParseError, StochoptError
 from stochopt.leir.render import render
+from stochopt.search.llm_variants import FOCI
 
 ROOT = Path(__file__).resolve().parents[2]   # the repository (prompts/ and docs/ live here)
 DEFAULT_PROMPTS = ROOT / "prompts"
@@ -52,12 +56,17 @@ FIELDS = {
         "resources": "busy cycles of each resource",
         "failures": "the recent failed candidates, each through failure.txt",
         "machine_name": "the machine preset's name",
+        "focus": "what this request asks for (its variant's focus)",
+        "earlier_best": "an earlier, slower best kernel for contrast, or empty",
     },
     "failure.txt": {
         "number": "1, 2, ...", "outcome": "parse_error, invalid, wrong, rejected or accepted",
         "cycles": "' (N cycles)' when it was costed, else empty",
         "error": "the error, the counterexample or why it was rejected",
         "code": "the kernel text it came from (cut when long)",
+    },
+    "cheatsheet.txt": {
+        "ops": "one line per LEIR op: its signature and meaning",
     },
 }
 
@@ -105,7 +114,7 @@ def fill(template: str, fields: dict) -> str:
 
 # -- reference documents ---------------------------------------------------------------
 @cache
-def reference(name: str, limit: int = REFERENCE_LIMIT) -> str:
+def reference_text(name: str, limit: int = REFERENCE_LIMIT) -> str:
     """docs/<name>, compacted for a prompt (or a line saying it is missing)."""
     path = ROOT / "docs" / name
     try:
@@ -144,34 +153,113 @@ def compact_markdown(text: str, drop_sections=(), limit: int = REFERENCE_LIMIT) 
     return out
 
 
-# -- the messages of one request --------------------------------------------------------
+# -- the messages of one request, in layers that fit a token budget --------------------
+@dataclass(frozen=True)
+class Level:
+    """How much one prompt carries. LEVELS go from everything to the least that still
+    lets a model write a kernel; a prompt takes the first level that fits its budget."""
+    name: str
+    reference: str        # full: the two documents; focused: the sections and ops that
+                          # matter here; cheatsheet: one page; brief: it with those ops only
+    profile: str          # full: the costliest ops; critical: the critical path only
+    failures: int         # the most recent failures shown (the variant picks which)
+    code_chars: int       # of each failed candidate's text
+    error_chars: int
+    earlier_best: bool    # room for an earlier best kernel
+
+
+LEVELS = (
+    Level("full", "full", "full", 4, MAX_CODE_CHARS, MAX_ERROR_CHARS, True),
+    Level("fewer failures", "full", "full", 2, 1200, MAX_ERROR_CHARS, True),
+    Level("critical path", "full", "critical", 2, 1200, MAX_ERROR_CHARS, False),
+    Level("focused reference", "focused", "critical", 2, 1200, 600, False),
+    Level("cheat sheet", "cheatsheet", "critical", 2, 1200, 600, False),
+    Level("minimal", "brief", "critical", 1, 600, 300, False),
+)
+
+
+@dataclass
+class Prompt:
+    messages: list[dict]
+    level: int                  # index into LEVELS
+    estimate_tokens: int        # the safe estimate it was sized with
+    fits: bool                  # False: even the last level is over the budget
+
+    @property
+    def level_name(self) -> str:
+        return LEVELS[self.level].name
+
+
 class PromptBuilder:
-    """Makes the messages for a spec on a machine; the system part never changes."""
+    """Makes the messages for a spec on a machine at any level of LEVELS."""
 
     def __init__(self, templates: dict[str, str], spec, machine, baseline,
                  roofline_cycles: int | None = None) -> None:
         self.templates, self.spec, self.machine = templates, spec, machine
         self.baseline_cycles = cost(baseline, machine).cycles
         self.roofline_cycles = roofline_cycles or _roofline(spec, machine, baseline)
-        summary = machine.summary()
-        self.system = fill(templates["system.txt"], {
-            "leir_reference": reference("leir.md"),
-            "machine_reference": reference("machine.md"),
-            "machine_name": machine.name,
-            "machine_summary": ", ".join(f"{k} {v}" for k, v in summary.items()
-                                         if k != "name"),
-        })
+        self.summary = ", ".join(f"{k} {v}" for k, v in machine.summary().items()
+                                 if k != "name")
+        self._systems: dict[tuple, str] = {}
+
+    def build(self, kernel, failures: list[dict], budget_tokens: int, estimate,
+              focus: str = "open", earlier: tuple[int, str] | None = None,
+              min_level: int = 0) -> Prompt:
+        """The richest prompt from ``min_level`` on whose estimate (``estimate(messages)``)
+        fits ``budget_tokens``; the last level, marked as not fitting, when none does."""
+        profile = cost(kernel, self.machine)
+        prompt = None
+        for index in range(min(min_level, len(LEVELS) - 1), len(LEVELS)):
+            prompt = self.at_level(index, kernel, failures, budget_tokens, estimate, focus,
+                                   earlier, profile)
+            if prompt.fits:
+                break
+        return prompt
+
+    def at_level(self, index: int, kernel, failures: list[dict], budget_tokens: int,
+                 estimate, focus: str = "open", earlier: tuple[int, str] | None = None,
+                 profile=None) -> Prompt:
+        """The prompt at LEVELS[index], and whether it fits the budget."""
+        level = LEVELS[index]
+        profile = profile or cost(kernel, self.machine)
+        used = {n.op for n in kernel.nodes}
+        messages = [
+            {"role": "system", "content": self.system(level.reference, used, focus)},
+            {"role": "user", "content": self.user(kernel, profile, failures, level, focus,
+                                                  earlier)}]
+        tokens = estimate(messages)
+        return Prompt(messages, index, tokens, tokens <= budget_tokens)
 
     def messages(self, kernel, failures: list[dict]) -> list[dict]:
-        return [{"role": "system", "content": self.system},
-                {"role": "user", "content": self.user(kernel, failures)}]
+        """The fullest prompt, whatever its size."""
+        return self.build(kernel, failures, 1 << 60, lambda m: 0).messages
 
-    def user(self, kernel, failures: list[dict]) -> str:
-        profile = cost(kernel, self.machine)
+    def system(self, reference: str = "full", used_ops=(), focus: str = "open") -> str:
+        key = (reference,) if reference == "full" else (
+            reference, frozenset(used_ops), focus)
+        if key not in self._systems:
+            ops = frozenset(used_ops) | FOCUS_OPS.get(focus, frozenset()) | {"load", "store"}
+            if reference == "full":
+                leir, machine = reference_text("leir.md"), reference_text("machine.md")
+            elif reference == "focused":
+                leir = focused_reference("leir.md", LEIR_SECTIONS, ops)
+                machine = focused_reference("machine.md", MACHINE_SECTIONS, None)
+            else:
+                leir = cheatsheet(self.templates["cheatsheet.txt"],
+                                  ops if reference == "brief" else None)
+                machine = ""
+            self._systems[key] = fill(self.templates["system.txt"], {
+                "leir_reference": leir, "machine_reference": machine,
+                "machine_name": self.machine.name, "machine_summary": self.summary})
+        return self._systems[key]
+
+    def user(self, kernel, profile, failures: list[dict], level: Level = LEVELS[0],
+             focus: str = "open", earlier: tuple[int, str] | None = None) -> str:
         text = render(kernel)
         if len(text) > MAX_KERNEL_CHARS:
             text = text[:MAX_KERNEL_CHARS] + "\n# (kernel cut here for length)"
         busiest = profile.bottleneck()
+        bottleneck = f"{busiest} ({100 * profile.busy_fraction()[busiest]:.0f}% busy)"
         fields = {
             "spec_name": self.spec.name, "spec_source": self.spec.source.strip(),
             "kernel": text.rstrip(), "kernel_name": kernel.name,
@@ -179,38 +267,110 @@ class PromptBuilder:
             "roofline_cycles": self.roofline_cycles,
             "roofline_share": f"{100 * self.roofline_cycles / max(1, profile.cycles):.1f}%",
             "speedup": f"{self.baseline_cycles / max(1, profile.cycles):.2f}x",
-            "bottleneck": f"{busiest} ({100 * profile.busy_fraction()[busiest]:.0f}% busy)",
+            "bottleneck": bottleneck,
             "critical_path_cycles": profile.critical_path_cycles,
             "peak_local_bytes": profile.peak_local_bytes,
-            "profile": profile_text(kernel, profile), "resources": resources_text(profile),
-            "failures": self.failures(failures), "machine_name": self.machine.name,
+            "profile": profile_text(kernel, profile, critical_only=level.profile != "full"),
+            "resources": resources_text(profile),
+            "failures": self.failures(failures[-level.failures:] if level.failures else [],
+                                      level),
+            "machine_name": self.machine.name,
+            "focus": FOCI.get(focus, FOCI["open"]).replace("$bottleneck", bottleneck),
+            "earlier_best": self.earlier_best(earlier) if level.earlier_best else "",
         }
         return fill(self.templates["user.txt"], fields)
 
-    def failures(self, failures: list[dict]) -> str:
+    def earlier_best(self, earlier: tuple[int, str] | None) -> str:
+        if earlier is None:
+            return ""
+        cycles, text = earlier
+        return (f"\n# An earlier best kernel: {cycles} cycles\n\nFor contrast, what the "
+                f"search kept before the kernel above:\n\n```leir\n"
+                f"{text[:MAX_CODE_CHARS].rstrip()}\n```\n")
+
+    def failures(self, failures: list[dict], level: Level = LEVELS[0]) -> str:
         if not failures:
             return "None yet."
         parts = []
         for i, f in enumerate(failures, 1):
             error = str(f.get("error") or "")
             code = f.get("code") or "(no code)"
-            if len(code) > MAX_CODE_CHARS:
-                code = code[:MAX_CODE_CHARS] + "\n# (cut here for length)"
+            if len(code) > level.code_chars:
+                code = code[:level.code_chars] + "\n# (cut here for length)"
             parts.append(fill(self.templates["failure.txt"], {
                 "number": i, "outcome": f["outcome"],
                 "cycles": f" ({f['cycles']} cycles)" if f.get("cycles") else "",
-                "error": error[:MAX_ERROR_CHARS], "code": code.rstrip()}).rstrip())
+                "error": error[:level.error_chars], "code": code.rstrip()}).rstrip())
         return "\n\n".join(parts)
 
 
-def profile_text(kernel, profile: Profile) -> str:
+# -- the shorter references --------------------------------------------------------------
+# values, levels, layouts, layout rules, syntax, errors, ops
+LEIR_SECTIONS = frozenset({1, 2, 3, 4, 5, 6, 8})
+MACHINE_SECTIONS = frozenset({0, 1, 2, 3})   # the intro, the machine, op costs, scheduler
+# ops worth describing for a focus even when the kernel does not use them yet
+FOCUS_OPS = {"precision": frozenset({"cast", "matmul"}),
+             "tiling": frozenset({"slice", "concat"}),
+             "relayout": frozenset({"relayout", "broadcast_to"}),
+             "layout": frozenset({"relayout"}), "fusion": frozenset({"where", "maximum"})}
+
+
+@cache
+def focused_reference(name: str, sections: frozenset, ops: frozenset | None) -> str:
+    """docs/<name> compacted, with only the numbered sections listed (0: the text before
+    the first) and, in the op list, only ``ops`` (all when None)."""
+    text = reference_text(name, limit=1 << 20)
+    kept, number = [], 0
+    for part in re.split(r"(?m)^(?=#{1,3} )", text):
+        m = re.match(r"#{1,3} (\d+)\. ", part)
+        if m:
+            number = int(m.group(1))
+        if number not in sections:
+            continue
+        if ops is not None and part.startswith("### "):
+            part = _only_ops(part, ops)
+        kept.append(part)
+    return "".join(kept).strip()
+
+
+def _only_ops(section: str, ops) -> str:
+    """An op-list section with the bullets of other ops removed ('' when none is left)."""
+    lines = section.splitlines()
+    out, keep, any_kept = [lines[0]], True, False
+    for line in lines[1:]:
+        m = re.match(r"- `(\w+)\(", line)
+        if m:
+            keep = m.group(1) in ops
+            any_kept |= keep
+        elif line and not line.startswith(" "):
+            keep = any_kept   # a note after the bullets: kept with them
+        if keep:
+            out.append(line)
+    return "\n".join(out) + "\n" if any_kept else ""
+
+
+def cheatsheet(template: str, ops=None) -> str:
+    """The one-page reference: cheatsheet.txt with the one-line doc of every op (of
+    ``ops`` only, when given)."""
+    from stochopt.leir.ops import OPS
+    shown = [op for op in OPS.values() if op.name != "input" and (ops is None or
+                                                                  op.name in ops)]
+    others = "" if ops is None else (
+        "\n(other ops: " + ", ".join(o.name for o in OPS.values()
+                                     if o.name != "input" and o not in shown) + ")")
+    return fill(template, {"ops": "\n".join(f"- {op.doc}" for op in shown) + others})
+
+
+def profile_text(kernel, profile: Profile, critical_only: bool = False) -> str:
     """The kernel's statements with what each costs, in program order; the costliest
-    MAX_PROFILE_ROWS when there are more."""
+    MAX_PROFILE_ROWS when there are more (only the critical path when asked)."""
     critical = set(profile.critical_path)
     statements = _statements(kernel)
     ops = [o for o in profile.ops if o.op != "input"]
     shown = ops
-    if len(ops) > MAX_PROFILE_ROWS:
+    if critical_only:
+        shown = [o for o in ops if o.index in critical]
+    if len(shown) > MAX_PROFILE_ROWS:
         keep = {o.index for o in sorted(ops, key=lambda o: -o.cycles)[:MAX_PROFILE_ROWS]}
         shown = [o for o in ops if o.index in keep]
     lines = ["    start      end   cycles  resource     statement"]
@@ -220,7 +380,8 @@ def profile_text(kernel, profile: Profile) -> str:
         lines.append(f"{mark}{o.start:>7} {o.end:>8} {o.cycles:>8}  "
                      f"{o.resource or 'free':<11}  {what}")
     if len(shown) < len(ops):
-        lines.append(f"  ({len(ops) - len(shown)} cheaper ops not shown)")
+        kind = "ops off the critical path" if critical_only else "cheaper ops"
+        lines.append(f"  ({len(ops) - len(shown)} {kind} not shown)")
     return "\n".join(lines)
 
 

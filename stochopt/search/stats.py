@@ -21,6 +21,10 @@ class RunStats:
         self.by_proposer: dict[str, dict[str, int]] = {}
         self.errors: list[str] = []
         self.llm_error: str | None = None  # the last failed LLM request, until one works
+        self.llm_last_error: str | None = None
+        self.llm_stopped: str | None = None  # why the LLM proposer gave up, if it did
+        self.llm_answered = 0  # LLM candidates read from replies
+        self.llm_failed = 0    # LLM requests that failed (each is one event)
         self.recent: list[float] = []
         self.bests: list[dict] = list(state.get("bests", []))  # the last verified bests
         self.notes: list[str] = []
@@ -44,6 +48,10 @@ class RunStats:
         self.cost_usd += e.get("cost_usd") or 0.0
         if e["proposer"] == "llm" and e.get("move") != "no_reply":
             self.llm_error = e["error"] if e.get("move") == "request_failed" else None
+            self.llm_last_error = self.llm_error or self.llm_last_error
+            self.llm_failed += e.get("move") == "request_failed"
+            self.llm_answered += e.get("move") != "request_failed"
+            self.llm_stopped = e.get("llm_stopped") or self.llm_stopped
         counts = self.by_proposer.setdefault(e["proposer"], {})
         counts[e["outcome"]] = counts.get(e["outcome"], 0) + 1
         self.recent.append(time.time())
@@ -62,4 +70,22 @@ class RunStats:
                 "by_proposer": self.by_proposer, "tokens": self.tokens,
                 "cost_usd": self.cost_usd, "checking": self.checking,
                 "fastest_found": self.fastest_found,
-                "errors": self.errors + ([self.llm_error] if self.llm_error else [])}
+                "errors": self.errors + ([self.llm_stopped or self.llm_error]
+                                         if self.llm_stopped or self.llm_error else [])}
+
+    def llm_note(self) -> str | None:
+        """The LLM's failure as one line for the summary, or None when it worked."""
+        if self.llm_stopped:
+            if self.run["arms"] == ["llm"]:
+                return self.llm_stopped
+            return f"{self.llm_stopped}; the built-in proposers went on without it"
+        if self.llm_failed and not self.llm_answered:
+            return f"every LLM request failed ({self.llm_failed}); the last: " \
+                   f"{self.llm_last_error}"
+        return None
+
+    def llm_status(self) -> dict:
+        """Why the LLM gave no candidates, as run.json and best.json record it."""
+        return {"stopped": self.llm_stopped, "last_error": self.llm_last_error,
+                "candidates_from_replies": self.llm_answered,
+                "requests_failed": self.llm_failed}

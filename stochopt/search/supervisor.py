@@ -125,7 +125,18 @@ def supervise(rd: Path, run: dict, state: dict, start_text: str, baseline_text: 
             raise StochoptError(run_state.fatal[0], hint=run_state.fatal[1])
         if run_state.stats.errors and run_state.stats.proposals == 0:
             raise StochoptError("every chain failed: " + "; ".join(run_state.stats.errors[:3]))
-        return run_state.finish(stopped["why"], stopped["signal"], baseline_text)
+        llm_note = run_state.stats.llm_note()
+        if llm_note:  # the LLM failed: say so where the user looks, and in the run's files
+            run_state.stats.notes.append(llm_note)
+            if run["arms"] == ["llm"] and run_state.stats.llm_stopped and \
+                    stopped["why"] != "interrupted":
+                stopped["why"] = "llm_failed"   # the CLI exits 1
+        result = run_state.finish(stopped["why"], stopped["signal"], baseline_text)
+        if llm_note:  # after the final re-check, which writes best.json anew
+            for name in ("run.json", "best.json"):
+                write_json(rd / name, {**read_json(rd / name),
+                                       "llm_status": run_state.stats.llm_status()})
+        return result
     finally:
         run_state.log.close()
 

@@ -18,7 +18,7 @@ from stochopt.cli import main  # noqa: E402
 from stochopt.search import optimize  # noqa: E402
 from stochopt.search.chain import ChainConfig  # noqa: E402
 from stochopt.search.rundir import read_events  # noqa: E402
-from tests.llm_server import NO_CODE, LLMServer, reply  # noqa: E402
+from tests.llm_server import NO_CODE, LLMServer, error, reply  # noqa: E402
 
 SPEC = str(ROOT / "specs" / "softmax.py")
 FAST = (ROOT / "docs" / "examples" / "softmax_fast.leir").read_text().replace(
@@ -102,3 +102,94 @@ def test_proposer_llm_without_a_model_is_an_error_that_says_what_to_pass():
     result = CliRunner().invoke(main, ["optimize", SPEC, "--proposer", "llm"])
     assert result.exit_code == 2
     assert "--proposer llm needs a model" in result.output and "--model" in result.output
+
+
+# -- failing loudly ------------------------------------------------------------------------
+def dead_url() -> str:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+
+
+def run_cli(args: list[str], cwd) -> subprocess.CompletedProcess:
+    """The CLI of this checkout, its lines unwrapped."""
+    return subprocess.run([sys.executable, "-m", "stochopt", *args], capture_output=True,
+                          text=True, timeout=180, cwd=cwd,
+                          env={**os.environ, "OPENAI_API_KEY": "", "OPENAI_BASE_URL": "",
+                               "PYTHONPATH": str(ROOT), "COLUMNS": "400"})
+
+
+def test_proposer_llm_with_a_dead_endpoint_stops_early_and_exits_1(tmp_path):
+    run_dir = tmp_path / "run"
+    done = run_cli([
+        "optimize", SPEC, "--proposer", "llm", "--base-url", dead_url(), "--model", "m",
+        "--budget", "120s", "--chains", "1", "--llm-retries", "0", "--run-dir", str(run_dir),
+        "--quiet"], tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert "stopped by llm_failed" in done.stdout
+    [line] = [x for x in done.stdout.splitlines() if "LLM proposer stopped" in x]
+    assert "nothing answers at http://127.0.0.1" in line and "--base-url" in line
+    events = read_events(run_dir / "events.jsonl")
+    assert [e["move"] for e in events] == ["request_failed"] * 3
+    assert events[-1]["llm_stopped"] in line
+    for name in ("run.json", "best.json"):
+        status = json.loads((run_dir / name).read_text())["llm_status"]
+        assert "nothing answers" in status["stopped"] and status["requests_failed"] == 3
+    # the report says it in all three forms
+    text = run_cli(["report", str(run_dir)], tmp_path).stdout
+    assert "LLM status" in text and "nothing answers at" in text.replace("\n", " ")
+    facts = json.loads(run_cli(["report", str(run_dir), "--json"], tmp_path).stdout)
+    assert "nothing answers at" in facts["llm"]["status"]
+    assert facts["llm"]["failed"] >= 3 and facts["llm"]["answered"] == 0
+    run_cli(["report", str(run_dir), "--html", str(tmp_path / "r.html")], tmp_path)
+    page = (tmp_path / "r.html").read_text()
+    assert "LLM status" in page and "nothing answers at" in page
+
+
+def test_mixed_goes_on_without_a_failed_llm_and_warns(tmp_path):
+    run_dir = tmp_path / "run"
+    with LLMServer(default=error(401, message="Incorrect API key provided")) as server:
+        result = optimize(SPEC, proposer="mixed", chains=1, budget="60s", max_proposals=3000,
+                          run_dir=str(run_dir), config=ChainConfig(full_examples=20),
+                          llm={"model": "m", "base_url": server.url, "backoff_s": 0.01})
+    assert result.stopped_by != "llm_failed" and result.proposals > 100
+    [note] = [n for n in result.notes if "LLM proposer stopped" in n]
+    assert "API key" in note and "the built-in proposers went on" in note
+    assert len(server.requests) == 3
+
+
+def test_the_report_counts_what_each_prompt_variant_produced(tmp_path):
+    run_dir = tmp_path / "run"
+    with LLMServer([reply(block(WRONG)), reply(block(FAST))]) as server:
+        optimize(SPEC, proposer="llm", chains=1, budget="60s", max_proposals=3,
+                 run_dir=str(run_dir), config=ChainConfig(full_examples=20),
+                 llm={"model": "m", "base_url": server.url, "concurrency": 1})
+    from stochopt.report.facts import run_facts
+    llm = run_facts(run_dir)["llm"]
+    assert llm["requests"] >= 2 and llm["answered"] >= 2 and llm["prompt_tokens_mean"] == 1000
+    rows = {r["focus"]: r for r in llm["variants"]}
+    assert sum(r["best"] for r in rows.values()) == 1
+    assert llm["variants"][0]["best"] == 1          # the productive variant first
+    events = read_events(run_dir / "events.jsonl")
+    assert {e["llm_variant"] for e in events} <= set(rows)
+    assert [e["prompt_tokens"] for e in events if "prompt_tokens" in e][:2] == [1000, 1000]
+
+
+def test_the_live_view_shows_why_the_llm_stopped_until_the_end():
+    import time
+
+    from rich.console import Console
+
+    from stochopt.search.display import progress_view
+    from stochopt.search.optimize import _Stats
+    stats = _Stats({"spec": "softmax", "budget_s": 60.0, "baseline_cycles": 7652,
+                    "roofline_cycles": 1536, "arms": ["mutate", "llm"]}, {}, time.time())
+    why = "the LLM proposer stopped after 3 identical failures (HTTP 401): check the API key"
+    stats.add({"proposer": "llm", "move": "request_failed", "outcome": "invalid",
+               "error": "LLM request failed: HTTP 401", "llm_stopped": why})
+    stats.add({"proposer": "mutate", "move": "swap", "outcome": "rejected", "error": None})
+    console = Console(record=True, width=200)
+    console.print(progress_view(stats.snapshot()))
+    assert why in console.export_text()
+    assert stats.llm_note() == why + "; the built-in proposers went on without it"

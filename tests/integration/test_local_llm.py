@@ -1,0 +1,173 @@
+"""The LLM proposer against a real model: llama-cpp-python's OpenAI-compatible server with
+SmolLM2-135M-Instruct at its 8,192-token context, started on a free loopback port.
+
+The server is built by tests/integration/local_llm.sh into $STOCHOPT_LOCAL_LLM (default
+~/.cache/stochopt/local_llm) when it is not there yet; the tests are skipped, saying why,
+only when that build fails. Run them alone with `pytest -m llm_server`.
+
+A 135M model writes almost no valid LEIR: the tests pin what must hold whatever it
+writes. Requests succeed from the first one (the prompt fits the context), tokens come
+from the server's usage, every reply is read and judged, transcripts are written, and the
+run ends at its budget.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.llm_server, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = ROOT / "tests" / "integration" / "local_llm.sh"
+CONTEXT = 8192
+
+
+def server_dir() -> Path:
+    return Path(os.environ.get("STOCHOPT_LOCAL_LLM")
+                or Path.home() / ".cache" / "stochopt" / "local_llm")
+
+
+def _ready(folder: Path) -> tuple[Path, Path] | None:
+    python, model_path = folder / "venv" / "bin" / "python", folder / "model_path"
+    if not (python.exists() and model_path.exists()):
+        return None
+    model = Path(model_path.read_text().strip())
+    works = subprocess.run([str(python), "-c", "import llama_cpp.server"],
+                           capture_output=True).returncode == 0
+    return (python, model) if works and model.exists() else None
+
+
+def find_or_build() -> tuple[Path, Path]:
+    """The server's python and the model file; builds them the first time."""
+    folder = server_dir()
+    found = _ready(folder)
+    if found:
+        return found
+    done = subprocess.run(["bash", str(BUILD), str(folder)], capture_output=True, text=True,
+                          timeout=3600)
+    found = _ready(folder)
+    if done.returncode != 0 or found is None:
+        last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+        pytest.skip(f"the local LLM server could not be built by {BUILD.name} "
+                    f"(exit status {done.returncode}: {last})")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def local_server(tmp_path_factory):
+    """The base URL of a running server; stopped by its process id afterwards."""
+    python, model = find_or_build()
+    port = free_port()
+    log_path = tmp_path_factory.mktemp("llm_server") / "server.log"
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(
+            [str(python), "-m", "llama_cpp.server", "--model", str(model), "--host",
+             "127.0.0.1", "--port", str(port), "--n_ctx", str(CONTEXT)],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        for _ in range(600):  # up to two minutes on a busy machine
+            if process.poll() is not None:
+                pytest.fail(f"the LLM server exited ({process.returncode}): "
+                            f"{log_path.read_text()[-2000:]}")
+            try:
+                with urllib.request.urlopen(f"{url}/models", timeout=2):
+                    break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            pytest.fail(f"the LLM server did not answer within 2 minutes: {log_path}")
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=15)
+
+
+def optimize(url: str, spec: str, run_dir: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "stochopt", "optimize", str(ROOT / "specs" / f"{spec}.py"),
+         "--proposer", "llm", "--model", "smollm2", "--base-url", url, "--chains", "1",
+         "--run-dir", str(run_dir), "--quiet", *extra],
+        capture_output=True, text=True, timeout=1800, cwd=run_dir.parent,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "OPENAI_API_KEY": "",
+             "OPENAI_BASE_URL": "", "COLUMNS": "300"})
+
+
+def transcripts(run_dir: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted((run_dir / "llm").glob("chain*.json"))]
+
+
+def test_a_short_llm_search_against_a_real_small_model(local_server, tmp_path):
+    # two replies end the run (a 2-core machine takes minutes to read a 3k-token prompt);
+    # --max-tokens keeps the 135M model from rambling for the whole reply room
+    run_dir = tmp_path / "softmax"
+    done = optimize(local_server, "softmax", run_dir, "--budget", "12m", "--max-proposals",
+                    "2", "--max-tokens", "256", "--llm-concurrency", "1",
+                    "--llm-timeout", "600")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r"stopped by (max_proposals|budget)", done.stdout)
+    sent = transcripts(run_dir)
+    answered = [t for t in sent if t["status"] == "ok"]
+    assert answered, [t.get("error") for t in sent]
+    # the prompt fitted from the first request: no context error, no shrinking
+    assert sent[0]["status"] in ("ok", "abandoned: the run ended before the reply")
+    assert not [t for t in sent if "shrunk" in t or t.get("error_kind") == "context"]
+    for t in answered:
+        usage = t["usage"]
+        assert usage["reported"] and 0 < usage["prompt_tokens"] <= CONTEXT - 256
+        assert usage["prompt_tokens"] <= t["prompt"]["estimate_tokens"]  # the safe side
+        assert t["variant"]["focus"] and t["params"]["max_tokens"] == 256
+        assert all(c["outcome"] for c in t["candidates"])   # every reply read and judged
+    events = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert sum(e["tokens"] for e in events) >= sum(
+        t["usage"]["prompt_tokens"] + t["usage"]["completion_tokens"] for t in answered
+        if t["candidates"][0]["outcome"] and "not evaluated" not in t["candidates"][0][
+            "outcome"])
+    report = subprocess.run([sys.executable, "-m", "stochopt", "report", str(run_dir),
+                             "--json"], capture_output=True, text=True, cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+    llm = json.loads(report.stdout)["llm"]
+    assert llm["answered"] == len(answered) and llm["status"] == ""
+    assert 0 < llm["prompt_tokens_max"] <= CONTEXT - 256
+    assert sum(llm["outcomes"].values()) >= len(answered)
+
+
+def test_an_oversized_context_setting_is_corrected_by_the_server(local_server, tmp_path):
+    """Told the model has 32k tokens, the proposer's first prompt is refused by the
+    server's 8k context; it learns the context from the 400, shrinks and retries once,
+    and the next requests fit at once."""
+    run_dir = tmp_path / "mla"
+    done = optimize(local_server, "mla_decode", run_dir, "--budget", "12m",
+                    "--max-proposals", "1", "--context-tokens", "32768", "--max-tokens",
+                    "256", "--llm-concurrency", "1", "--llm-timeout", "600")
+    assert done.returncode == 0, done.stdout + done.stderr
+    sent = transcripts(run_dir)
+    assert "shrunk" in sent[0] and sent[0]["shrunk"]["error"].startswith("HTTP 400")
+    assert sent[0]["prompt"]["context_tokens"] == CONTEXT
+    # the shrunk prompt was sent; on a loaded 2-core machine its reply (a 4k-token prompt)
+    # may not come within the budget: the first test is the one that needs replies
+    assert sent[0]["status"] in ("ok", "abandoned: the run ended before the reply")
+    assert sent[0]["prompt"]["estimate_tokens"] <= CONTEXT - 256
+    answered = [t for t in sent if t["status"] == "ok"]
+    assert all(t["usage"]["prompt_tokens"] <= CONTEXT - 256 for t in answered)
+    assert not [t for t in sent[1:] if "shrunk" in t]
