@@ -1,10 +1,9 @@
 """Values: run a kernel op by op on numpy arrays, rounding as the machine would.
 
 Native mode keeps every value in its dtype: bf16 through ml_dtypes, f32 math in
-float32; sums and matmul accumulate in the machine's order, fixed by the operand's layout
-(backend/numerics.py), never by numpy's memory order. Exact mode runs everything in
-float64 with no rounding, so the verifier can tell wrong math from rounding. Nothing is
-kept between calls.
+float32, matmul accumulating in f32, bf16 sums rounded at every level of a pairwise
+tree. Exact mode runs everything in float64 with no rounding, so the verifier can tell
+wrong math from rounding. Nothing is kept between calls.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ from collections.abc import Mapping, Sequence
 import ml_dtypes
 import numpy as np
 
-from stochopt.backend.numerics import ordered_matmul, ordered_sum
 from stochopt.errors import StochoptError
 from stochopt.leir.ir import Kernel
 from stochopt.leir.ops import OPS
@@ -96,8 +94,7 @@ def evaluate_node(op: str, out_type: TensorType, arg_types: Sequence, args: list
     key (terms.REDUCTION_ORDER in leir/terms.py)."""
     if exact:
         return _exact(op, args, attrs, out_type.dtype)
-    layouts = [t.layout for t in arg_types if not isinstance(t, Const)]
-    return _native(op, args, attrs, out_type.dtype, layouts)
+    return _native(op, args, attrs, out_type.dtype)
 
 
 def convert_input(name: str, t: TensorType, inputs: Mapping[str, np.ndarray],
@@ -132,12 +129,10 @@ def _exact(op: str, args, attrs, dtype: str) -> np.ndarray:
     return out.astype(np.float64, copy=False)
 
 
-def _native(op: str, args, attrs, dtype: str, layouts) -> np.ndarray:
+def _native(op: str, args, attrs, dtype: str) -> np.ndarray:
     target = native_dtype(dtype)
-    if op == "reduce_sum" and dtype in ("f32", "bf16"):
-        return ordered_sum(args[0], attrs["axis"], attrs["keepdims"], layouts[0])
-    if op == "matmul":
-        return ordered_matmul(args[0], args[1], layouts[0])
+    if op == "reduce_sum" and target == BF16:
+        return _bf16_tree_sum(args[0], attrs["axis"], attrs["keepdims"])
     # bf16 values are computed in float32 and rounded once per op, as the ALU does
     widened = [a.astype(np.float32) if isinstance(a, np.ndarray) and a.dtype == BF16 else a
                for a in args]
@@ -145,6 +140,17 @@ def _native(op: str, args, attrs, dtype: str, layouts) -> np.ndarray:
         widened[0] = _saturate_i32(widened[0])
     out = np.asarray(OPS[op].evaluate(widened, attrs, False))
     return out.astype(target, copy=False)
+
+
+def _bf16_tree_sum(x: np.ndarray, axis: int, keepdims: bool) -> np.ndarray:
+    """Sum in bf16: a pairwise tree, rounded to bf16 after every level."""
+    x = np.moveaxis(x.astype(np.float32), axis, -1)
+    while x.shape[-1] > 1:
+        if x.shape[-1] % 2:
+            x = np.concatenate([x, np.zeros(x.shape[:-1] + (1,), np.float32)], axis=-1)
+        x = (x[..., 0::2] + x[..., 1::2]).astype(BF16).astype(np.float32)
+    out = np.moveaxis(x, -1, axis).astype(BF16)
+    return out if keepdims else np.squeeze(out, axis=axis)
 
 
 def random_inputs(kernel: Kernel, seed: int = 0, low: float = -10.0,

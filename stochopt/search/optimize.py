@@ -233,14 +233,15 @@ def _resume(rd: Path, progress, started: float) -> RunResult:
     if not (rd / "run.json").is_file():
         raise StochoptError(f"{rd} is not a run directory (no run.json)")
     run = read_json(rd / "run.json")
-    if run.get("baseline_cycles") is None:  # stopped during its setup: set it up again
+    finished = (rd / "checkpoint.json").is_file() and load_checkpoint(rd).get("finished")
+    if not finished and run.get("baseline_cycles") is None:  # stopped during its setup
         m = _run_machine(run)
         spec = load_spec(rd / "spec.py", run.get("name"))
         state, start_text, baseline_text = _setup(rd, run, spec, m, started)
         return supervise(rd, run, state, start_text, baseline_text, run.get("llm"), progress,
                          started, 0.0)
     state = load_checkpoint(rd)
-    if state.get("finished"):
+    if finished:
         raise StochoptError(f"run {rd} already finished: it has nothing left to resume",
                             hint="start a new run from its best kernel: stochopt optimize "
                             f"{rd / 'spec.py'} --init {rd / 'best.leir'} --budget 10m")

@@ -164,7 +164,8 @@ def test_the_report_counts_what_each_prompt_variant_produced(tmp_path):
     with LLMServer([reply(block(WRONG)), reply(block(FAST))]) as server:
         optimize(SPEC, proposer="llm", chains=1, budget="60s", max_proposals=3,
                  run_dir=str(run_dir), config=ChainConfig(full_examples=20),
-                 llm={"model": "m", "base_url": server.url, "concurrency": 1})
+                 llm={"model": "m", "base_url": server.url, "concurrency": 1},
+                 check_workers=0)
     from stochopt.report.facts import run_facts
     llm = run_facts(run_dir)["llm"]
     assert llm["requests"] >= 2 and llm["answered"] >= 2 and llm["prompt_tokens_mean"] == 1000
@@ -182,8 +183,8 @@ def test_the_live_view_shows_why_the_llm_stopped_until_the_end():
     from rich.console import Console
 
     from stochopt.search.display import progress_view
-    from stochopt.search.optimize import _Stats
-    stats = _Stats({"spec": "softmax", "budget_s": 60.0, "baseline_cycles": 7652,
+    from stochopt.search.stats import RunStats
+    stats = RunStats({"spec": "softmax", "budget_s": 60.0, "baseline_cycles": 7652,
                     "roofline_cycles": 1536, "arms": ["mutate", "llm"]}, {}, time.time())
     why = "the LLM proposer stopped after 3 identical failures (HTTP 401): check the API key"
     stats.add({"proposer": "llm", "move": "request_failed", "outcome": "invalid",
