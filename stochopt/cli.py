@@ -143,19 +143,20 @@ def specs(as_json: bool, machine: str) -> None:
     if as_json:
         click.echo(json.dumps({"machine": m.name, "specs": rows}, indent=2))
         return
-    # no vertical rules: the widest names and numbers fit 80 columns whole; "bound" is the
-    # reachable bound in cycles, "limit" whether DRAM or compute sets the roofline (the
-    # JSON key "bound", kept for scripts)
+    # no vertical rules; "bound" is the reachable bound in cycles, "limit" whether DRAM or
+    # compute sets the roofline (the JSON key "bound", kept for scripts). Below 120
+    # columns FLOPs and bytes (in --json) give way, so every name stays whole
+    wide = console.width >= 120
     table = Table(title=f"bundled specs on {m.name}", box=box.SIMPLE_HEAD, pad_edge=False)
-    columns = ("spec", "flops", "bytes", "roofline", "bound", "baseline", "of roofline",
-               "of bound", "limit")
+    columns = (("spec", "flops", "bytes") if wide else ("spec",)) + (
+        "roofline", "bound", "baseline", "of roofline", "of bound", "limit")
     for col in columns:
         table.add_column(col, justify="left" if col in ("spec", "limit") else "right",
                          no_wrap=col != "spec",
                          min_width=max(len(r["name"]) for r in rows) if col == "spec" else None)
     for r in rows:
-        table.add_row(r["name"], f"{r['flops']:,}", f"{r['bytes']:,}",
-                      str(r["roofline_cycles"]), str(r["bound_cycles"]),
+        sizes = (f"{r['flops']:,}", f"{r['bytes']:,}") if wide else ()
+        table.add_row(r["name"], *sizes, str(r["roofline_cycles"]), str(r["bound_cycles"]),
                       str(r["baseline_cycles"]),
                       f"{100 * r['roofline_cycles'] / r['baseline_cycles']:.1f}%",
                       f"{100 * r['bound_cycles'] / r['baseline_cycles']:.1f}%", r["bound"])
