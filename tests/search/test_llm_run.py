@@ -156,7 +156,9 @@ def test_mixed_goes_on_without_a_failed_llm_and_warns(tmp_path):
     assert result.stopped_by != "llm_failed" and result.proposals > 100
     [note] = [n for n in result.notes if "LLM proposer stopped" in n]
     assert "API key" in note and "the built-in proposers went on" in note
-    assert len(server.requests) == 3
+    # stopped after the third identical failure; with 2 requests in flight per chain one
+    # more may already have been sent when the third failure came back
+    assert 3 <= len(server.requests) <= 4
 
 
 def test_the_report_counts_what_each_prompt_variant_produced(tmp_path):
