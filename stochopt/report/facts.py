@@ -99,6 +99,7 @@ def run_facts(run_dir: str | Path, now: float | None = None) -> dict:
         "diff": list(difflib.unified_diff(baseline_text.splitlines(), best_text.splitlines(),
                                           "baseline.leir", "best.leir", lineterm="")),
         "unproved": _unproved(best_json, baseline_cycles, notes),
+        "relies_on": _relies_on(rd, run, best_text, machine, best_error, notes),
         "counterexamples": _count_files(rd / "counterexamples"),
         "llm_transcripts": _count_files(rd / "llm"),
         "llm": llm_facts(rd, run),   # requests, prompt sizes, failures, variants
@@ -284,6 +285,28 @@ def _machine(run: dict, notes: list[str]):
         notes.append(f"cannot rebuild machine {name} from run.json ({e}); "
                      "profiles come from best.json")
         return None
+
+
+def _relies_on(rd: Path, run: dict, best_text: str, machine, parse_error: str | None,
+               notes: list[str]) -> dict[str, list[str]] | None:
+    """Which declared input ranges best.leir's safety rests on (the static range analysis,
+    stochopt.verify.range_facts): a kernel that dropped a max shift because the spec's
+    range allows it is right only inside that range. None where it cannot be known."""
+    from stochopt.leir.parser import parse
+    from stochopt.spec import load_spec
+    from stochopt.verify import range_facts
+
+    if machine is None or parse_error is not None or not (rd / "spec.py").is_file():
+        return None
+    try:
+        relies = range_facts(parse(best_text, machine),
+                             load_spec(rd / "spec.py", run.get("name"))).relies_on
+    except StochoptError:
+        return None
+    for name, hazards in relies.items():
+        notes.append(f"best.leir is right only inside the declared range of {name}: on a "
+                     f"wider one, {hazards[0]}")
+    return relies
 
 
 def _parse_error(text: str, machine) -> str | None:

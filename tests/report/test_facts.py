@@ -10,6 +10,7 @@ import pytest
 
 from stochopt.errors import StochoptError
 from stochopt.report.facts import run_facts, to_json
+from tests.report.conftest import BEST
 from tests.report.conftest import _event as _event_
 
 
@@ -180,3 +181,22 @@ def test_a_machine_that_cannot_be_rebuilt_falls_back_to_stored_cycles(make_run, 
     assert f["profiles"]["baseline"] == {"cycles": 7652, "ops": [], "resources": {},
                                          "critical_path": []}
     assert render_html(f).count("<svg") == 4
+
+
+NO_SHIFT = BEST.replace("""    v2 = reduce_max(v1, axis=1, keepdims=True)
+    v3 = v1 - v2
+    v4 = exp(v3)""", """    v4 = exp(v1)""")
+
+
+def test_the_report_names_the_declared_ranges_a_best_kernel_relies_on(make_run):
+    # softmax without its max shift is right for x in [-20, 20] (exp(20) * 1024 is far
+    # from f32's limit) but not on a range ten times as wide, where exp overflows
+    rd = make_run(best_text=NO_SHIFT)
+    spec = rd / "spec.py"
+    spec.write_text(spec.read_text().replace("low=-8.0, high=8.0", "low=-20.0, high=20.0"))
+    facts = run_facts(rd)
+    assert list(facts["relies_on"]) == ["x"] and "exp(" in facts["relies_on"]["x"][0]
+    assert any("declared range of x" in n for n in facts["notes"])
+    shifted = run_facts(make_run("shifted"))
+    assert shifted["relies_on"] == {}
+    assert not any("declared range" in n for n in shifted["notes"])
