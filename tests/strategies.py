@@ -340,3 +340,19 @@ def kernels(draw, machine=SMALL, max_ops: int = 12, min_ops: int = 1,
     out = draft.add("store", [last])
     return draft.builder.finish("kernel", out)
 
+
+
+def assert_same_exact_values(kernel, out, machine, tolerance: float) -> None:
+    """A transformed kernel checks, renders back to itself, and computes the kernel's
+    exact-mode values (float64, no rounding) on random inputs in [-2, 2]."""
+    import numpy as np
+
+    from stochopt.backend.emulate import emulate, random_inputs
+    from stochopt.leir import check, parse, render
+
+    assert check(out, machine) == out and parse(render(out), machine.name) == out
+    inputs = random_inputs(kernel, seed=2, low=-2.0, high=2.0)
+    with np.errstate(all="ignore"):
+        want = emulate(kernel, inputs, machine, exact=True)
+        got = emulate(out, inputs, machine, exact=True)
+    np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance, equal_nan=True)

@@ -34,10 +34,7 @@ class Node:
     line: int | None = field(default=None, compare=False)
 
     def attr(self, key: str) -> Any:
-        for k, v in self.attrs:
-            if k == key:
-                return v
-        raise KeyError(key)
+        return T.attr_of(self.attrs, key)
 
     @property
     def inputs(self) -> tuple[int, ...]:

@@ -71,10 +71,7 @@ class Term:
         self._native: Term | None = None
 
     def attr(self, key: str) -> Any:
-        for k, v in self.attrs:
-            if k == key:
-                return v
-        raise KeyError(key)
+        return attr_of(self.attrs, key)
 
     @property
     def exact_key(self) -> Term:
@@ -101,6 +98,14 @@ class Term:
 # the caches hold terms weakly: a term lives as long as some kernel or cache uses it
 _TERMS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _VALUES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def attr_of(attrs: tuple, key: str) -> Any:
+    """The value of one attribute in a (key, value) tuple, as nodes and terms hold them."""
+    for k, v in attrs:
+        if k == key:
+            return v
+    raise KeyError(key)
 
 
 def canonical(value: Any) -> Any:
