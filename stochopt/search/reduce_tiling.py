@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import replace
 
+from stochopt.errors import ConstraintError
 from stochopt.leir.ir import Kernel, Node
 from stochopt.leir.ops import ELEMENTWISE, OPS
 from stochopt.leir.rules import Const
@@ -94,7 +95,13 @@ def tile_reduction(k: Kernel, site: tuple[int, int], machine) -> Kernel:
                 raise refuse(k, i, why, WHAT)
             whole[i] = len(nodes)
             nodes.append(strict_remap(n, whole))
-    return rebuild(k, nodes, whole[k.output], machine)
+    try:
+        return rebuild(k, nodes, whole[k.output], machine)
+    except ConstraintError as e:
+        # an op whose attributes tiling does not yet shrink (a layout or shape written
+        # for the whole axis) leaves a kernel that does not type: refuse it by name
+        raise ConstraintError(f"cannot tile {WHAT}: the tiled kernel does not type: "
+                              f"{e.message}", line=e.line) from None
 
 
 # -- which axis of each value runs along the reduced one -------------------------------
