@@ -34,6 +34,7 @@ from stochopt.leir.rules import Const
 from stochopt.leir.types import parse_signature
 
 MAX_TEXT = 256 * 1024
+MAX_LINES = 2 * MAX_OPS  # a line makes at most one op outside loops; more lines is no kernel
 MAX_TRIP = 4096
 MAX_DEPTH = 64
 # statements run while unrolling: loops whose bodies make no ops (pass, y = x) would
@@ -77,6 +78,8 @@ def parse(text: str, machine=None) -> Kernel:
         raise ParseError(f"kernel text must be a string, got {type(text).__name__}")
     if len(text) > MAX_TEXT:
         raise ParseError(f"kernel text is {len(text)} characters; at most {MAX_TEXT} allowed")
+    if (lines := text.count("\n") + 1) > MAX_LINES:  # refused before Python's parser spends seconds
+        raise ParseError(f"kernel text has {lines} lines; at most {MAX_LINES} allowed")
     if "\x00" in text:
         raise ParseError("kernel text contains a NUL character")
     try:
