@@ -22,10 +22,16 @@ from stochopt.errors import StochoptError
 
 def atomic_write(path: Path, text: str) -> None:
     """Write, fsync, rename: readers see the old file or the new one, never a mix."""
+    atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """atomic_write for bytes (files a chain on another node sent the driver)."""
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(text)
+    with open(tmp, "wb") as f:
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
