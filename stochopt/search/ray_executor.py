@@ -105,7 +105,7 @@ class RayExecutor:
         self.jobs = {j.index: replace(j, state_every_s=FLUSH_S) for j in jobs}
         llm = jobs[0].llm if "llm" in jobs[0].arms else None
         self.coordinator = ray.remote(_coordinator_class()).options(
-            num_cpus=0, scheduling_strategy=_here(ray)).remote(
+            num_cpus=0, scheduling_strategy=_on_head(ray)).remote(
             len(jobs), (llm or {}).get("concurrency"), (llm or {}).get("max_cost"))
         # a resumed run's chains screen with counterexamples this machine holds
         names = {f"counterexamples/{Path(p).name}" for j in jobs if j.state
@@ -233,13 +233,15 @@ def _first_line(error: Exception) -> str:
     return (text.splitlines()[0] if text else type(error).__name__)[:200]
 
 
-def _here(ray):
-    """Keep the coordinator on the driver's node when it can (it dies with the head)."""
+def _on_head(ray):
+    """Keep the coordinator on the head node when it can: a worker node may go away, the
+    head is the cluster (and the driver's node may be any node sharing its address)."""
     try:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-        return NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(),
-                                              soft=True)
-    except Exception:  # noqa: BLE001 - Ray Client: no node of its own
+        head = next(n["NodeID"] for n in ray.nodes() if n.get("Alive") and
+                    "node:__internal_head__" in n.get("Resources", {}))
+        return NodeAffinitySchedulingStrategy(head, soft=True)
+    except Exception:  # noqa: BLE001 - no head in sight (Ray Client): anywhere will do
         return "DEFAULT"
 
 
