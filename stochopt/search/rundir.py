@@ -85,25 +85,6 @@ def copy_spec(spec_path: str, run_dir: Path) -> None:
     shutil.copyfile(spec_path, run_dir / "spec.py")
 
 
-class EventLog:
-    """events.jsonl: one line per candidate, flushed as it is written."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self._file = open(self.path, "a", buffering=1)
-
-    def write(self, event: dict) -> None:
-        self._file.write(json.dumps(event, separators=(",", ":"), default=str) + "\n")
-
-    def flush(self) -> None:
-        self._file.flush()
-
-    def close(self) -> None:
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
-
-
 def read_events(path: Path) -> list[dict]:
     """Events of a run, skipping a last line cut short by a kill."""
     out = []

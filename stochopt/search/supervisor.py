@@ -22,8 +22,9 @@ from stochopt.errors import StochoptError
 from stochopt.leir.parser import parse
 from stochopt.search.checks import START, CheckerJob, CheckPool, Pending
 from stochopt.search.driver import Job, RunResult, save_checkpoint
+from stochopt.search.event_log import BoundedEventLog
 from stochopt.search.executor import make_executor
-from stochopt.search.rundir import EventLog, read_json, write_json
+from stochopt.search.rundir import read_json, write_json
 from stochopt.search.stats import RunStats
 from stochopt.search.values import Proofs
 
@@ -145,7 +146,7 @@ class _RunState:
         self.rd, self.run, self.spec, self.machine = rd, run, spec, machine
         self.deadline = deadline
         self.stats = RunStats(run, state, t0)
-        self.log = EventLog(rd / "events.jsonl")
+        self.log = BoundedEventLog(rd / "events.jsonl")
         self.chain_states = {c["index"]: c for c in state.get("chains", [])}
         self.saved_pending = [Pending.from_json(p) for p in state.get("pending", [])]
         self.pool: CheckPool | None = None
