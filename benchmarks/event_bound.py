@@ -25,7 +25,7 @@ from stochopt.search import event_log
 from stochopt.search.event_log import INTERVAL_S, BoundedEventLog
 
 ROOT = Path(__file__).resolve().parents[1]
-PER_INTERVAL = 200   # enough to fill every cap once every rest candidate is a sample one
+PER_INTERVAL = 120   # enough to fill every cap once every rest candidate is a sample one
 
 
 def saturated_events(path: Path, hours: float, chains: int = 64, seed: int = 1) -> int:

@@ -266,8 +266,9 @@ def _print_verdict(kernel_path: str, spec, verdict) -> None:
               "with --ray). At most 64 without --ray.")
 @click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
               help="Run the chains on a Ray cluster: auto (the cluster this machine "
-              "belongs to), local (a private one), ray://HOST:10001 or HOST:PORT. Needs "
-              "pip install 'stochopt[ray]' (docs/scale.md).")
+              "belongs to), local (a private one), ray://HOST:10001 or HOST:PORT; none: "
+              "this machine's processes (with --resume). Needs pip install "
+              "'stochopt[ray]' (docs/scale.md).")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--init", "init", default=None, type=click.Path(dir_okay=False),
               help="Start from this kernel instead of the lowered one.")

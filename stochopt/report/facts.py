@@ -251,7 +251,9 @@ def _read_events(path: Path, notes: list[str], start_cycles: int) -> dict:
             per["last_t"] = max(per["last_t"], t)
             per["times"].append(t)
             per["taken"].append(taken)
-            p = per["by_proposer"].setdefault(e.get("proposer", "?"), _proposer_row())
+            p = per["by_proposer"].get(e.get("proposer", "?"))
+            if p is None:  # (a new row per line would cost more than the rest of the loop)
+                p = per["by_proposer"][e.get("proposer", "?")] = _proposer_row()
             p["proposals"] += 1
             p["outcomes"][outcome] = p["outcomes"].get(outcome, 0) + 1
             p["accepted"] += taken

@@ -71,7 +71,9 @@ def worker(job: Job, outbox, inbox, stop) -> None:
         outbox.put(("done", job.index))
 
 
-def _work(job: Job, outbox, inbox, stop, parent) -> None:
+def _work(job: Job, outbox, inbox, stop, parent, llm_gate=None) -> None:
+    """The chain's loop. ``llm_gate``: the run's LLM limits when they are shared across
+    machines (see LLMProposer.gate); None: this process's own."""
     from stochopt.spec import load_spec
 
     machine = load_machine(job.machine)
@@ -82,6 +84,7 @@ def _work(job: Job, outbox, inbox, stop, parent) -> None:
     if "llm" in job.arms and job.llm:
         from stochopt.search.llm import LLMProposer
         llm = LLMProposer.from_job(job, spec, machine, stop)
+        llm.gate = llm_gate
     chain = Chain(job.index, spec, baseline, cost(baseline, machine).cycles, start, machine,
                   job.arms, job.seed, ChainConfig(**job.config), llm)
     chain.counterexample_dir = Path(job.run_dir) / "counterexamples"

@@ -21,11 +21,13 @@ candidate. A line written after candidates of its chain that were only counted c
 their part of the chain's path (``carry``: the cycles saved per proposer on the way),
 so the report's credit for each improvement is the same as with every line written.
 
-The bound: after the full-detail part, an interval holds at most
-NOTABLE_PER_INTERVAL + SAMPLED_PER_INTERVAL lines of at most ``LINE_BYTES`` each, plus
-its aggregate (under 16 KB with 64 chains) and the run's new bests (each needs a faster
-proved kernel: a few hundred in a long run). For 48 hours (2,880 intervals) that is
-under 200 MB whatever the candidate rate (docs/scale.md).
+The bound: after the full-detail part (at most 4 MB), an interval holds at most
+NOTABLE_PER_INTERVAL + SAMPLED_PER_INTERVAL = 50 lines of at most ``LINE_BYTES`` each
+(40 KB), its aggregate (a few KB with 64 chains) and the run's new bests (each needs a
+faster proved kernel: a few hundred in a long run). 48 hours are 2,880 intervals: under
+135 MB whatever the candidate rate, stated as 200 MB (docs/scale.md). A run killed
+with ``kill -9`` loses the aggregate of its last interval (at most a minute of counts;
+its checkpoint has the totals).
 """
 
 from __future__ import annotations
@@ -39,8 +41,8 @@ from pathlib import Path
 INTERVAL_S = 60.0
 FULL_DETAIL_EVENTS = 10_000
 FULL_DETAIL_BYTES = 4_000_000
-NOTABLE_PER_INTERVAL = 80
-SAMPLED_PER_INTERVAL = 20
+NOTABLE_PER_INTERVAL = 40
+SAMPLED_PER_INTERVAL = 10
 SAMPLE_EVERY = 100
 LINE_BYTES = 800          # a longer line has its long texts cut
 TEXT_CHARS = 240          # ... to this many characters
@@ -123,12 +125,15 @@ class BoundedEventLog:
 
     def _count(self, event: dict) -> None:
         self.aggregate.add(event)
+        restarted, cycles = event.get("restarted_from_best"), event.get("cycles")
+        taken = event["outcome"] in TAKEN and cycles is not None
+        if not (restarted or taken):  # no part of the chain's path: nothing to carry
+            return
         chain = event.get("chain")
         carry = self.carry.setdefault(chain, {"moves": 0, "downhill": {}, "top": []})
-        if event.get("restarted_from_best"):  # the route starts again (credit.py)
+        if restarted:  # the route starts again (credit.py)
             carry.update(moves=0, downhill={}, top=[], restarted=True)
-        cycles = event.get("cycles")
-        if event["outcome"] not in TAKEN or cycles is None:
+        if not taken:
             return
         cycles = int(cycles)
         before = self.current.get(chain)

@@ -45,12 +45,14 @@ def optimize(spec_path: str | None = None, *, budget: str | float = "10m",
     clock started: now by default; the CLI passes its process's start. ``settings`` (each
     flag's value and where it came from) is recorded in run.json. ``ray`` runs the
     chains on a Ray cluster: auto, local, ray://HOST:PORT or HOST:PORT (docs/scale.md);
-    a resumed run uses the cluster it was started with unless ``ray`` names another."""
+    a resumed run uses the cluster it was started with unless ``ray`` names another
+    (or "none": this machine's processes)."""
     from stochopt.search.ray_executor import check_ray_address, cluster_cpus
     started = time.time() if started is None else started
     ray = None if ray is None else check_ray_address(ray)
     if resume is not None:
         return _resume(Path(resume), progress=progress, started=started, ray=ray)
+    ray = None if ray == "none" else ray
     if spec_path is None:
         raise StochoptError("optimize needs a spec file (or resume=RUN_DIR)")
     budget_s = parse_duration(budget)
@@ -240,8 +242,8 @@ def _resume(rd: Path, progress, started: float, ray: str | None = None) -> RunRe
     if not (rd / "run.json").is_file():
         raise StochoptError(f"{rd} is not a run directory (no run.json)")
     run = read_json(rd / "run.json")
-    if ray is not None and ray != run.get("ray"):  # the same run, on another cluster
-        run["ray"] = ray
+    if ray is not None:  # the same run on another cluster, or on this machine ("none")
+        run["ray"] = None if ray == "none" else ray
         write_json(rd / "run.json", run)
     finished = (rd / "checkpoint.json").is_file() and load_checkpoint(rd).get("finished")
     if not finished and run.get("baseline_cycles") is None:  # stopped during its setup

@@ -98,7 +98,7 @@ class Coordinator:
 
 
 class Link:
-    """A chain's outbox, inbox and stop flag in one, over the coordinator."""
+    """A chain's outbox, inbox, stop flag and LLM gate in one, over the coordinator."""
 
     def __init__(self, coordinator, index: int, scratch: Path) -> None:
         self.coordinator, self.index, self.scratch = coordinator, index, scratch
@@ -135,6 +135,14 @@ class Link:
     # the stop flag
     def is_set(self) -> bool:
         return self.stopped
+
+    # the run's LLM limits (LLMProposer.gate)
+    def acquire(self, wanted: int) -> int:
+        import ray
+        return ray.get(self.coordinator.llm_acquire.remote(wanted))
+
+    def release(self, slots: int, cost_usd: float) -> None:
+        self.coordinator.llm_release.remote(slots, cost_usd)
 
     def materialize(self, names: list[str]) -> list[str]:
         """Local paths of counterexample files (``counterexamples/<name>``), fetched from
@@ -194,7 +202,7 @@ class ChainActor:
                      for p in state.get("counterexamples", [])])}
             job = replace(job, run_dir=str(scratch), spec_path=str(scratch / "spec.py"),
                           state=state)
-            _work(job, link, link, link, os.getppid())
+            _work(job, link, link, link, os.getppid(), llm_gate=link)
         except BaseException as e:  # a dying chain must say why, never hang the run
             link.put(("error", job.index, f"{type(e).__name__}: {e}"))
         finally:

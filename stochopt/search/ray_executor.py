@@ -34,12 +34,13 @@ INSTALL = "pip install 'stochopt[ray]'"
 
 
 def check_ray_address(address: object) -> str:
-    """auto, local, ray://host:port or host:port; else a one-line error."""
+    """auto, local, none (this machine's process pool: a resumed run leaves its cluster),
+    ray://host:port or host:port; else a one-line error."""
     if not isinstance(address, str) or not address.strip():
         raise StochoptError(f"--ray takes auto, local, ray://HOST:PORT or HOST:PORT, got "
                             f"{address!r}")
     address = address.strip()
-    if address in ("auto", "local") or address.startswith("ray://"):
+    if address in ("auto", "local", "none") or address.startswith("ray://"):
         return address
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
