@@ -4,6 +4,7 @@ spec, seed and budget; and the local process pool with as many chains, for the
 executor's overhead.
 
     python benchmarks/ray_scale.py --budget 60s --repeat 2
+    python benchmarks/ray_scale.py --budget 2m --nodes 2 --local   # against the local pool
 
 A run's rate is its candidates over its elapsed time (setup and final checks
 included, as the summary prints it), so compare the rows with each other.
@@ -60,11 +61,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--local", action="store_true", help="also the local pool")
+    parser.add_argument("--nodes", default="1,2", help="node counts to run, e.g. 2")
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="stochopt-scale-") as scratch:
+        counts = [int(n) for n in args.nodes.split(",")]
         for k in range(args.repeat):
-            for nodes in (1, 2):
+            for nodes in counts:
                 rows.append(ray_run(nodes, args.budget, args.seed,
                                     Path(scratch) / f"ray{nodes}-{k}"))
                 print(json.dumps(rows[-1]), flush=True)
@@ -72,9 +75,9 @@ def main() -> None:
                     rows.append(local_run(nodes, args.budget, args.seed,
                                           Path(scratch) / f"local{nodes}-{k}"))
                     print(json.dumps(rows[-1]), flush=True)
-    for nodes in (1, 2):
-        rates = [r["rate"] for r in rows if r["what"] == f"ray, {nodes} node(s)"]
-        print(f"ray, {nodes} node(s): mean {sum(rates) / len(rates):.1f} candidates/s")
+    for what in dict.fromkeys(r["what"] for r in rows):
+        rates = [r["rate"] for r in rows if r["what"] == what]
+        print(f"{what}: mean {sum(rates) / len(rates):.1f} candidates/s")
 
 
 if __name__ == "__main__":

@@ -96,7 +96,8 @@ class RayExecutor:
         self.last_state: dict[int, dict] = {}
         self.done: set[int] = set()
         self.stop_requested = self.stop_sent = False
-        self.last_watch = 0.0
+        self.stop_sent_at = self.last_watch = 0.0
+        self.cpus = 1.0                         # what each chain's actor asks for
 
     def start(self, jobs: list[Job], outbox) -> None:
         self.ray = ray = connect(self.address)
@@ -115,8 +116,11 @@ class RayExecutor:
             {n: (self.run_dir / n).read_bytes() for n in names
              if (self.run_dir / n).is_file()}))
         self.chain_class = ray.remote(_chain_class())
+        # more chains than CPUs share them (as processes would), rather than wait forever
+        total = ray.cluster_resources().get("CPU", 1)
+        self.cpus = min(1.0, total / len(jobs))
         for job in jobs:
-            self._launch(self.jobs[job.index], cpus=1)
+            self._launch(self.jobs[job.index], cpus=self.cpus)
 
     def _launch(self, job: Job, cpus: float) -> None:
         ray = self.ray
@@ -155,7 +159,7 @@ class RayExecutor:
         from stochopt.search.rundir import atomic_write_bytes
         if self.stop_requested and not self.stop_sent:
             self.coordinator.stop.remote()
-            self.stop_sent = True
+            self.stop_sent, self.stop_sent_at = True, time.monotonic()
         for message in self.ray.get(self.coordinator.drain.remote()):
             kind = message[0]
             if kind == "file":  # the driver alone writes the run directory
@@ -180,9 +184,18 @@ class RayExecutor:
     # -- faults -----------------------------------------------------------------------
     def _watch(self) -> None:
         """Chains whose actor ended: a death (its node went away) restarts the chain
-        from its last state, on any node with room."""
+        from its last state, on any node with room. Chains that have not ended CLOSE_S
+        after the stop (an actor Ray never placed) are ended here."""
         self.last_watch = time.monotonic()
         if not self.runs:
+            return
+        if self.stop_sent and time.monotonic() - self.stop_sent_at > CLOSE_S:
+            for ref, index in list(self.runs.items()):
+                self.ray.kill(self.actors[index])
+                del self.runs[ref]
+                if index not in self.done:
+                    self.done.add(index)
+                    self.buffer.append(("done", index))
             return
         ended, _ = self.ray.wait(list(self.runs), num_returns=len(self.runs), timeout=0)
         for ref in ended:
@@ -200,8 +213,8 @@ class RayExecutor:
                 continue
             job = replace(self.jobs[index], state=self.last_state.get(index,
                                                                       self.jobs[index].state))
-            free = self.ray.available_resources().get("CPU", 0) >= 1
-            self._launch(job, cpus=1 if free else 0)
+            free = self.ray.available_resources().get("CPU", 0) >= self.cpus
+            self._launch(job, cpus=self.cpus if free else 0)
             self.buffer.append(("restarted", index, f"its actor died ({why}); started again "
                                 f"from its last state{'' if free else ' on a shared CPU'}"))
 

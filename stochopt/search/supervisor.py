@@ -64,12 +64,15 @@ def supervise(rd: Path, run: dict, state: dict, start_text: str, baseline_text: 
                 quota[i], previous.get(i), llm, checks_in_pool=workers > 0)
             for i in range(run["chains"])]
     executor = make_executor(run.get("ray"))
-    outbox = mp.get_context("fork").Queue()  # the check pool's verdicts, and local chains'
+    # a process that holds a Ray connection must not fork (its gRPC threads do not
+    # survive it): beside Ray, the check workers are spawned
+    context = mp.get_context("fork" if run.get("ray") is None else "spawn")
+    outbox = context.Queue()  # the check pool's verdicts, and local chains'
     executor.start(jobs, outbox)
     run_state.executor = executor
     if workers:
         examples = run["config"].get("full_examples", 200)
-        run_state.pool = CheckPool(mp.get_context("fork"), [
+        run_state.pool = CheckPool(context, [
             CheckerJob(i, str(rd), str(rd / "spec.py"), run.get("name"), machine,
                        baseline_text, examples, deadline) for i in range(workers)], outbox)
         run_state.queue_start_and_pending(start_text)

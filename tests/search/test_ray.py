@@ -156,17 +156,20 @@ def test_a_killed_driver_leaves_a_run_that_resumes_on_the_cluster(cluster, tmp_p
 
 
 def test_ctrl_c_stops_every_actor_within_seconds(cluster, tmp_path):
+    """Three chains on two CPUs (they share them, rather than one waiting for a CPU
+    forever), then Ctrl-C."""
     c, _ = cluster
     run_dir = tmp_path / "run"
     driver = subprocess.Popen(
         [sys.executable, "-m", "stochopt", "optimize", SOFTMAX, "--budget", "5m",
-         "--run-dir", str(run_dir), "--ray", c.address, "--quiet"],
+         "--chains", "3", "--run-dir", str(run_dir), "--ray", c.address, "--quiet"],
         env=ENV, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 120
         while time.time() < deadline and not (
-                run_dir.is_dir() and len(_events_per_chain(run_dir)) == 2):
+                run_dir.is_dir() and len(_events_per_chain(run_dir)) == 3):
             time.sleep(0.5)
+        assert len(_events_per_chain(run_dir)) == 3  # every chain ran
         driver.send_signal(signal.SIGINT)
         out, err = driver.communicate(timeout=60)
     finally:
