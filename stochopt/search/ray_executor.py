@@ -97,7 +97,6 @@ class RayExecutor:
         self.done: set[int] = set()
         self.stop_requested = self.stop_sent = False
         self.stop_sent_at = self.last_watch = 0.0
-        self.cpus = 1.0                         # what each chain's actor asks for
 
     def start(self, jobs: list[Job], outbox) -> None:
         self.ray = ray = connect(self.address)
@@ -116,16 +115,17 @@ class RayExecutor:
             {n: (self.run_dir / n).read_bytes() for n in names
              if (self.run_dir / n).is_file()}))
         self.chain_class = ray.remote(_chain_class())
-        # more chains than CPUs share them (as processes would), rather than wait forever
-        total = ray.cluster_resources().get("CPU", 1)
-        self.cpus = min(1.0, total / len(jobs))
+        # chains beyond the cluster's CPUs share them (as processes would) rather than
+        # wait forever for a CPU of their own
+        total = int(ray.cluster_resources().get("CPU", 1))
         for job in jobs:
-            self._launch(self.jobs[job.index], cpus=self.cpus)
+            self._launch(self.jobs[job.index], cpus=1 if job.index < total else 0)
 
     def _launch(self, job: Job, cpus: float) -> None:
         ray = self.ray
         ray.get(self.coordinator.attach.remote(job.index))
-        actor = self.chain_class.options(num_cpus=cpus, max_restarts=0).remote()
+        actor = self.chain_class.options(num_cpus=cpus, max_restarts=0,
+                                         scheduling_strategy="SPREAD").remote()
         self.actors[job.index] = actor
         self.runs[actor.run.remote(job, self.coordinator, self.spec_text)] = job.index
 
@@ -213,8 +213,8 @@ class RayExecutor:
                 continue
             job = replace(self.jobs[index], state=self.last_state.get(index,
                                                                       self.jobs[index].state))
-            free = self.ray.available_resources().get("CPU", 0) >= self.cpus
-            self._launch(job, cpus=self.cpus if free else 0)
+            free = self.ray.available_resources().get("CPU", 0) >= 1
+            self._launch(job, cpus=1 if free else 0)
             self.buffer.append(("restarted", index, f"its actor died ({why}); started again "
                                 f"from its last state{'' if free else ' on a shared CPU'}"))
 
