@@ -495,7 +495,9 @@ class LLMProposer:
 
     def _finished(self, rid: str, cost_usd: float) -> None:
         """A request is over: its slot is free again (here, and in the run's limits)."""
-        if self._in_flight.pop(rid, None) is not None and self.gate is not None:
+        held = rid in self._in_flight   # (its value, the focus, may be None)
+        self._in_flight.pop(rid, None)
+        if held and self.gate is not None:
             self.gate.release(1, cost_usd)
 
     def _give_up_message(self, kind: str, message: str, count: int) -> str:

@@ -18,6 +18,7 @@ alone writes the run directory.
 from __future__ import annotations
 
 import os
+import pickle
 import queue
 import tempfile
 from collections import deque
@@ -41,14 +42,15 @@ class Coordinator:
         self.spent_usd = 0.0
 
     # -- the chains' side -------------------------------------------------------------
-    def sync(self, index: int, messages: list, files: dict[str, bytes]) -> tuple[list, bool]:
-        """A chain's batch (its files first, then its messages, its state last); its
-        inbox back. What it took last time is acknowledged by this batch's state."""
+    def sync(self, index: int, batch: bytes, files: dict[str, bytes]) -> tuple[list, bool]:
+        """A chain's batch (its files, then its messages pickled in one blob that only
+        the driver opens, its state last); its inbox back. What it took last time is
+        acknowledged by this batch's state."""
         for relative, data in files.items():
             if relative.startswith("counterexamples/"):
                 self.files[relative] = data
             self.outbox.append(("file", relative, data))
-        self.outbox.extend(messages)
+        self.outbox.append(("batch", batch))
         delivered, self.inboxes[index] = self.inboxes[index], []
         self.unacknowledged[index] = delivered
         return delivered, self.stopped
@@ -118,7 +120,8 @@ class Link:
     def sync(self) -> None:
         import ray
         files = self._changed_files()  # before the state that may name them
-        inbox, stopped = ray.get(self.coordinator.sync.remote(self.index, self.out, files))
+        batch = pickle.dumps(self.out, protocol=pickle.HIGHEST_PROTOCOL)
+        inbox, stopped = ray.get(self.coordinator.sync.remote(self.index, batch, files))
         self.out = []
         self.stopped = self.stopped or stopped
         for message in inbox:

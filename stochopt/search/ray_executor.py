@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import queue
 import time
 from collections import deque
@@ -160,19 +161,24 @@ class RayExecutor:
         if self.stop_requested and not self.stop_sent:
             self.coordinator.stop.remote()
             self.stop_sent, self.stop_sent_at = True, time.monotonic()
-        for message in self.ray.get(self.coordinator.drain.remote()):
-            kind = message[0]
-            if kind == "file":  # the driver alone writes the run directory
-                atomic_write_bytes(self.run_dir / message[1], message[2])
-                continue
-            if kind == "state":
-                state = {**message[2], "counterexamples": [
-                    str(self.run_dir / n) for n in message[2]["counterexamples"]]}
-                self.last_state[message[1]] = state
-                message = ("state", message[1], state)
-            elif kind == "done":
-                self.done.add(message[1])
-            self.buffer.append(message)
+        for item in self.ray.get(self.coordinator.drain.remote()):
+            if item[0] == "file":  # the driver alone writes the run directory
+                atomic_write_bytes(self.run_dir / item[1], item[2])
+            else:  # a chain's batch: pickled by our own chain code, in the same run
+                for message in pickle.loads(item[1]):
+                    self._arrived(message)
+
+    def _arrived(self, message: tuple) -> None:
+        """A chain's message, its counterexamples named in the run directory."""
+        kind = message[0]
+        if kind == "state":
+            state = {**message[2], "counterexamples": [
+                str(self.run_dir / n) for n in message[2]["counterexamples"]]}
+            self.last_state[message[1]] = state
+            message = ("state", message[1], state)
+        elif kind == "done":
+            self.done.add(message[1])
+        self.buffer.append(message)
 
     def send(self, index: int | None, message: tuple) -> None:
         if message[0] == "refuted":  # the chain's node fetches the file by its name
@@ -254,7 +260,8 @@ def _on_head(ray):
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
         head = next(n["NodeID"] for n in ray.nodes() if n.get("Alive") and
                     "node:__internal_head__" in n.get("Resources", {}))
-        return NodeAffinitySchedulingStrategy(head, soft=True)
+        # hard: a soft affinity was seen to place it on a worker node
+        return NodeAffinitySchedulingStrategy(head, soft=False)
     except Exception:  # noqa: BLE001 - no head in sight (Ray Client): anywhere will do
         return "DEFAULT"
 

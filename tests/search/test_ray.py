@@ -183,3 +183,28 @@ def test_ctrl_c_stops_every_actor_within_seconds(cluster, tmp_path):
     while time.time() < deadline and ray.available_resources().get("CPU", 0) < 2:
         time.sleep(0.5)
     assert ray.available_resources().get("CPU", 0) == 2
+
+
+def test_the_llm_limit_holds_for_the_whole_cluster(cluster, tmp_path):
+    """Two chains on two nodes, each allowed one request in flight on its own: with Ray
+    the limit is the run's, so the server never sees two at once; the transcripts the
+    chains wrote on their nodes reach the run directory."""
+    from tests.llm_server import LLMServer, reply, slow
+
+    c, _ = cluster
+    connect(c.address)
+    run_dir = tmp_path / "run"
+    fast = (ROOT / "docs" / "examples" / "softmax_fast.leir").read_text().replace(
+        "def kernel(", "def softmax(")
+    # the LLM alone: both chains ask for a request slot all the time
+    with LLMServer(default=slow(0.5, reply(f"```leir\n{fast}```"))) as server:
+        result = optimize(SOFTMAX, proposer="llm", budget="60s", seed=5, run_dir=str(run_dir),
+                          ray=c.address,
+                          llm={"model": "m", "base_url": server.url, "concurrency": 1})
+        arrivals = sorted(r["time"] for r in server.requests)
+    assert result.verified and len(arrivals) >= 4
+    # each reply takes 0.5 s, and a slot is free only once the reply is in: no request
+    # arrives while another is being answered
+    assert all(b - a >= 0.5 for a, b in zip(arrivals, arrivals[1:], strict=False))
+    transcripts = {p.name.split("-")[0] for p in (run_dir / "llm").glob("chain*-*.json")}
+    assert transcripts == {"chain0", "chain1"}
