@@ -278,14 +278,16 @@ def optimize(spec: SpecLike | None = None, *, budget: str | float = "10m",
              progress: Callable[[dict], None] | None = None, live: bool | None = None,
              config: ChainConfig | None = None,
              settings: Mapping[str, Any] | None = None, check_workers: int | None = None,
-             started: float | None = None) -> RunResult:
+             started: float | None = None, ray: str | None = None) -> RunResult:
     """Search for a faster kernel equivalent to a spec; the best verified one is in
     result.best_path. ``progress`` receives a snapshot dict a few times a second; ``live``
     draws them (None: in Jupyter only). Interrupting stops the run cleanly: its checkpoint
     is kept and ``resume=result.run_dir`` continues it. ``config`` tunes the chains
     (stochopt.search.chain.ChainConfig: e.g. fewer full-check examples for a quick look).
     ``check_workers``: processes that run full checks beside the chains (0: on the chains'
-    path); ``started``: when the budget's clock started (time.time(); default now)."""
+    path); ``started``: when the budget's clock started (time.time(); default now).
+    ``ray``: run the chains on a Ray cluster, "auto", "local", "ray://HOST:10001" or
+    "HOST:PORT" (docs/scale.md); a resumed run keeps its cluster unless this names one."""
     from stochopt.notebook import live_progress
     from stochopt.search.optimize import optimize as search
 
@@ -313,7 +315,7 @@ def optimize(spec: SpecLike | None = None, *, budget: str | float = "10m",
                       resume=_str(resume), max_proposals=max_proposals, max_cost=max_cost,
                       name=spec_name, llm=dict(llm) if llm and llm.get("model") else None,
                       progress=on_progress, config=config, settings=settings,
-                      check_workers=check_workers, started=started)
+                      check_workers=check_workers, started=started, ray=ray)
 
 
 class Report(dict, Displayable):

@@ -261,8 +261,14 @@ def _print_verdict(kernel_path: str, spec, verdict) -> None:
               help="Wall time: 30s, 10m, 48h, 1h30m.")
 @click.option("--proposer", default="mixed", show_default=True,
               type=click.Choice(["mixed", "mutate", "rewrite", "llm"]))
-@click.option("--chains", default=None, type=click.IntRange(1, 64),
-              help="Chains in worker processes (default: the CPU count).")
+@click.option("--chains", default=None, type=click.IntRange(1, 1024),
+              help="Chains in worker processes (default: the CPU count; of the cluster "
+              "with --ray). At most 64 without --ray.")
+@click.option("--ray", "ray_address", default=None, metavar="ADDRESS",
+              help="Run the chains on a Ray cluster: auto (the cluster this machine "
+              "belongs to), local (a private one), ray://HOST:10001 or HOST:PORT; none: "
+              "this machine's processes (with --resume). Needs pip install "
+              "'stochopt[ray]' (docs/scale.md).")
 @click.option("--seed", default=0, show_default=True, type=int)
 @click.option("--init", "init", default=None, type=click.Path(dir_okay=False),
               help="Start from this kernel instead of the lowered one.")
@@ -311,8 +317,8 @@ def _print_verdict(kernel_path: str, spec, verdict) -> None:
               help="Replay identical prompts from this folder (and fill it).")
 @machine_option
 @click.pass_context
-def optimize(ctx, spec_path, budget, proposer, chains, seed, init, name, run_dir, resume,
-             check_workers, max_proposals, max_cost, quiet, machine, **llm) -> None:
+def optimize(ctx, spec_path, budget, proposer, chains, ray_address, seed, init, name, run_dir,
+             resume, check_workers, max_proposals, max_cost, quiet, machine, **llm) -> None:
     """Search for a faster kernel equivalent to a spec."""
     from rich.live import Live
 
@@ -359,7 +365,8 @@ def optimize(ctx, spec_path, budget, proposer, chains, seed, init, name, run_dir
                               resume=resume, max_proposals=max_proposals, max_cost=max_cost,
                               name=name, progress=progress, llm=llm, live=False,
                               settings=sources(ctx, ctx.obj) if resume is None else None,
-                              check_workers=check_workers, started=process_start_time())
+                              check_workers=check_workers, started=process_start_time(),
+                              ray=ray_address)
     except KeyboardInterrupt as e:  # Ctrl-C outside the search (its setup, its end)
         where = getattr(e, "run_dir", None)  # set when the run directory was written
         err_console.print("interrupted" + (
@@ -382,7 +389,8 @@ def _refuse_flags_with_resume(ctx: click.Context, resume: str) -> None:
     is refused rather than silently ignored."""
     from stochopt.cli_settings import given_on_command_line
 
-    fixed = [p.name for p in ctx.command.params if p.name not in ("resume", "quiet")]
+    fixed = [p.name for p in ctx.command.params
+             if p.name not in ("resume", "quiet", "ray_address")]  # --ray: another cluster
     typed = given_on_command_line(ctx, fixed)
     if not typed:
         return

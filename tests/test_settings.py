@@ -61,7 +61,7 @@ def test_a_setting_is_a_default_and_a_flag_overrides_it(project):
 @pytest.mark.parametrize("body, words", [
     ("chains = 4\nbudgets = \"2m\"", ["line 6", "unknown key 'budgets'", "known keys are",
                                       "budget"]),
-    ("chains = 0", ["line 5", "chains = 0", "1<=x<=64"]),
+    ("chains = 0", ["line 5", "chains = 0", "1<=x<=1024"]),
     ('budget = "soon"', ["budget = 'soon'", "bad duration", "30s, 10m"]),
     ('machine = "big"', ["machine = 'big'", "unknown machine"]),
     ('quiet = "yes"', ["quiet must be true or false", "write quiet = true"]),

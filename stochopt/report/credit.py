@@ -43,6 +43,9 @@ class PathCredit:
         path = self.paths.get(chain)
         if path is None:
             path = self.paths[chain] = _Path(self.start_cycles, self.start_cycles)
+        carry = event.get("carry")
+        if carry:  # candidates before this one that events.jsonl only counted
+            path = self._carry(chain, path, carry)
         if event.get("restarted_from_best") and self.running < path.best:
             # the driver moved the chain to the global best: its route starts again there
             self.paths[chain] = path = _Path(self.running, self.running)
@@ -68,6 +71,21 @@ class PathCredit:
                            "credit": apportion(saved, path.downhill or {proposer: 1}),
                            "path_moves": path.moves, "largest_moves": path.top})
         self.paths[chain] = _Path(cycles, cycles)
+
+
+    def _carry(self, chain, path: _Path, carry: dict) -> _Path:
+        """The route's part made of counted candidates (stochopt/search/event_log.py):
+        the same sums as if each had its line."""
+        if carry.get("restarted") and self.running < path.best:
+            self.paths[chain] = path = _Path(self.running, self.running)
+        for proposer, saved in carry.get("downhill", {}).items():
+            path.downhill[proposer] = path.downhill.get(proposer, 0) + int(saved)
+        path.moves += int(carry.get("moves", 0))
+        path.top = sorted(path.top + list(carry.get("top", [])),
+                          key=lambda m: -m["saved"])[:TOP_MOVES]
+        if carry.get("current") is not None:
+            path.current = int(carry["current"])
+        return path
 
 
 def apportion(total: int, weights: dict[str, int]) -> dict[str, int]:

@@ -103,9 +103,15 @@ def run_facts(run_dir: str | Path, now: float | None = None) -> dict:
         "counterexamples": _count_files(rd / "counterexamples"),
         "llm_transcripts": _count_files(rd / "llm"),
         "llm": llm_facts(rd, run),   # requests, prompt sizes, failures, variants
+        "restarts": events["restarts"],  # chains started again after their node died (Ray)
         "notes": notes,
     }
     _check_trajectory(facts, rd)
+    if events["restarts"]:
+        when = ", ".join(f"chain {r['chain']} at {r['t']:.0f}s" for r in events["restarts"][:5])
+        notes.append(f"{plural(len(events['restarts']), 'chain')} restarted from "
+                     f"{'its' if len(events['restarts']) == 1 else 'their'} last state after "
+                     f"a node went away ({when})")
     if not facts["outcomes"].get("unproved"):  # rare: its column shows only when it occurs
         for counts in [facts["outcomes"]] + [p["outcomes"] for p in proposers.values()]:
             counts.pop("unproved", None)
@@ -219,7 +225,7 @@ def _read_events(path: Path, notes: list[str], start_cycles: int) -> dict:
     credit = PathCredit(start_cycles)
     per = {"proposals": 0, "accepted": 0, "tokens": 0, "cost_usd": 0.0, "last_t": 0.0,
            "outcomes": dict.fromkeys(OUTCOMES, 0), "by_proposer": {}, "steps": credit.steps,
-           "times": array("d"), "taken": array("b")}
+           "times": array("d"), "taken": array("b"), "spans": [], "restarts": []}
     skipped = 0
     try:
         f = open(path)
@@ -229,8 +235,10 @@ def _read_events(path: Path, notes: list[str], start_cycles: int) -> dict:
         for line in f:
             try:
                 e = json.loads(line)
+                if "outcome" not in e and _other_line(e, per):
+                    continue
                 outcome, t = e["outcome"], float(e.get("t") or 0.0)
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
                 skipped += 1
                 continue
             per["proposals"] += 1
@@ -243,7 +251,9 @@ def _read_events(path: Path, notes: list[str], start_cycles: int) -> dict:
             per["last_t"] = max(per["last_t"], t)
             per["times"].append(t)
             per["taken"].append(taken)
-            p = per["by_proposer"].setdefault(e.get("proposer", "?"), _proposer_row())
+            p = per["by_proposer"].get(e.get("proposer", "?"))
+            if p is None:  # (a new row per line would cost more than the rest of the loop)
+                p = per["by_proposer"][e.get("proposer", "?")] = _proposer_row()
             p["proposals"] += 1
             p["outcomes"][outcome] = p["outcomes"].get(outcome, 0) + 1
             p["accepted"] += taken
@@ -257,6 +267,33 @@ def _read_events(path: Path, notes: list[str], start_cycles: int) -> dict:
         notes.append(f"{skipped} line(s) of events.jsonl could not be read and were skipped "
                      "(a run killed while writing leaves its last line cut short)")
     return per
+
+
+def _other_line(e: dict, per: dict) -> bool:
+    """A line that is no single candidate: an interval's aggregate (the candidates
+    events.jsonl only counted, stochopt/search/event_log.py) or a chain's restart on
+    another node. False for anything else (a broken line)."""
+    if e.get("event") == "chain_restarted":
+        per["restarts"].append({"t": float(e["t"]), "chain": e["chain"], "why": e["why"]})
+        return True
+    if e.get("kind") != "aggregate":
+        return False
+    n, taken = int(e["candidates"]), int(e["taken"])
+    per["proposals"] += n
+    per["accepted"] += taken
+    per["tokens"] += int(e.get("tokens") or 0)
+    per["cost_usd"] += float(e.get("cost_usd") or 0.0)
+    per["last_t"] = max(per["last_t"], float(e["t1"]))
+    per["spans"].append((float(e["t0"]), float(e["t1"]), n, taken))
+    for proposer, outcomes in e["outcomes"].items():
+        row = per["by_proposer"].setdefault(proposer, _proposer_row())
+        for outcome, count in outcomes.items():
+            count = int(count)
+            per["outcomes"][outcome] = per["outcomes"].get(outcome, 0) + count
+            row["outcomes"][outcome] = row["outcomes"].get(outcome, 0) + count
+            row["proposals"] += count
+            row["accepted"] += count if outcome in TAKEN else 0
+    return True
 
 
 def _proposer_row() -> dict:
@@ -444,16 +481,29 @@ def _attribute(events: dict, arms: list[str], start_cycles: int) -> tuple[list, 
 def _timeline(events: dict, elapsed_s: float) -> list[dict]:
     """Proposals and accepted moves in equal bins of time, for the acceptance chart."""
     times, taken = events["times"], events["taken"]
-    if not times:
+    if not times and not events["spans"]:
         return []
     end = max(elapsed_s, events["last_t"], 1e-9)
     width = end / TIMELINE_BINS
     bins = [{"t0": round(i * width, 3), "t1": round((i + 1) * width, 3), "proposals": 0,
              "accepted": 0} for i in range(TIMELINE_BINS)]
+
+    def index(t: float) -> int:
+        return min(TIMELINE_BINS - 1, max(0, int(t / width)))
+
     for t, k in zip(times, taken, strict=True):
-        b = bins[min(TIMELINE_BINS - 1, max(0, int(t / width)))]
+        b = bins[index(t)]
         b["proposals"] += 1
         b["accepted"] += k
+    for t0, t1, n, k in events["spans"]:  # an aggregate: spread evenly over its bins
+        first, last = index(t0), index(t1)
+        for i in range(first, last + 1):
+            share = 1 / (last - first + 1)
+            bins[i]["proposals"] += n * share
+            bins[i]["accepted"] += k * share
+    if events["spans"]:
+        for b in bins:
+            b["proposals"], b["accepted"] = round(b["proposals"]), round(b["accepted"])
     return bins
 
 

@@ -52,6 +52,9 @@ class Job:
     state: dict | None = None   # a checkpointed chain to restore
     llm: dict | None = None
     checks_in_pool: bool = True  # False: full checks on the chain's path (reproducible)
+    # how often the chain's state goes to the main process: a Ray chain sends it with
+    # every batch of events, so that a restart from it neither repeats nor loses one
+    state_every_s: float = STATE_S
 
 
 def worker(job: Job, outbox, inbox, stop) -> None:
@@ -68,7 +71,9 @@ def worker(job: Job, outbox, inbox, stop) -> None:
         outbox.put(("done", job.index))
 
 
-def _work(job: Job, outbox, inbox, stop, parent) -> None:
+def _work(job: Job, outbox, inbox, stop, parent, llm_gate=None) -> None:
+    """The chain's loop. ``llm_gate``: the run's LLM limits when they are shared across
+    machines (see LLMProposer.gate); None: this process's own."""
     from stochopt.spec import load_spec
 
     machine = load_machine(job.machine)
@@ -79,6 +84,7 @@ def _work(job: Job, outbox, inbox, stop, parent) -> None:
     if "llm" in job.arms and job.llm:
         from stochopt.search.llm import LLMProposer
         llm = LLMProposer.from_job(job, spec, machine, stop)
+        llm.gate = llm_gate
     chain = Chain(job.index, spec, baseline, cost(baseline, machine).cycles, start, machine,
                   job.arms, job.seed, ChainConfig(**job.config), llm)
     chain.counterexample_dir = Path(job.run_dir) / "counterexamples"
@@ -116,7 +122,7 @@ def _work(job: Job, outbox, inbox, stop, parent) -> None:
             events, last_flush = [], now
             if os.getppid() != parent:  # the parent was killed: nobody is listening
                 return
-        if now - last_state > STATE_S:
+        if now - last_state > job.state_every_s:
             outbox.put(("state", job.index, chain.state()))
             last_state = now
     if llm is not None:
@@ -171,16 +177,16 @@ class RunResult(Displayable):  # Displayable: Jupyter shows its summary and char
         return asdict(self)
 
 
-def start_workers(jobs: list[Job]):
+def start_workers(jobs: list[Job], outbox):
+    """One forked process per chain, all saying what they do on ``outbox``."""
     ctx = mp.get_context("fork")
-    outbox = ctx.Queue()
     stop = ctx.Event()
     inboxes = [ctx.Queue() for _ in jobs]
     procs = [ctx.Process(target=worker, args=(j, outbox, inboxes[i], stop), daemon=True,
                          name=f"stochopt-chain-{j.index}") for i, j in enumerate(jobs)]
     for p in procs:
         p.start()
-    return procs, outbox, inboxes, stop
+    return procs, inboxes, stop
 
 
 def load_checkpoint(run_dir: Path) -> dict:

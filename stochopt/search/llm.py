@@ -189,6 +189,10 @@ class LLMProposer:
         self._system_files: set[str] = set()
         self._output_shape: tuple | None = None
         self._chain = None
+        # the run's limits when chains share them across machines (Ray: the coordinating
+        # actor, stochopt/search/ray_actors.py): acquire(n) -> slots granted,
+        # release(slots, cost_usd)
+        self.gate = None
 
     @classmethod
     def from_job(cls, job, spec, machine, stop=None) -> LLMProposer:
@@ -293,6 +297,10 @@ class LLMProposer:
             if (free <= 0 or self._stopping() or self._over_budget() or self.stopped
                     or time.monotonic() < self._cooldown_until):
                 return
+            if self.gate is not None:
+                free = self.gate.acquire(free)
+                if free <= 0:
+                    return
             variants = draw_variants(self.rng, free, set(self._in_flight.values()),
                                      self.temperatures)
             ids = []
@@ -449,7 +457,7 @@ class LLMProposer:
                 pause = max(pause, e.cooldown_s)
             self._cooldown_until = time.monotonic() + pause
             t["cooldown_s"] = round(pause, 3)
-            self._in_flight.pop(rid, None)
+            self._finished(rid, 0.0)
             self._ready.append(cand)
             self._save(t)
             self._cond.notify_all()
@@ -480,10 +488,17 @@ class LLMProposer:
             self.spent_usd += cost
             self._failed_in_a_row = 0
             self._streak = ("", 0)
-            self._in_flight.pop(rid, None)
+            self._finished(rid, cost)
             self._ready.extend(cands)
             self._save(t)
             self._cond.notify_all()
+
+    def _finished(self, rid: str, cost_usd: float) -> None:
+        """A request is over: its slot is free again (here, and in the run's limits)."""
+        held = rid in self._in_flight   # (its value, the focus, may be None)
+        self._in_flight.pop(rid, None)
+        if held and self.gate is not None:
+            self.gate.release(1, cost_usd)
 
     def _give_up_message(self, kind: str, message: str, count: int) -> str:
         """One line: what failed, and what to change."""

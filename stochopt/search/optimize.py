@@ -24,6 +24,8 @@ from stochopt.spec import load_spec
 from stochopt.verify.check import certificate, check
 from stochopt.verify.screening import ScreeningSet
 
+MAX_RAY_CHAINS = 1024  # chains on a cluster (64 on one machine)
+
 
 def optimize(spec_path: str | None = None, *, budget: str | float = "10m",
              proposer: str = "mixed", chains: int | None = None, seed: int = 0,
@@ -32,7 +34,7 @@ def optimize(spec_path: str | None = None, *, budget: str | float = "10m",
              max_cost: float | None = None, name: str | None = None, llm: dict | None = None,
              progress=None, config: ChainConfig | None = None,
              check_workers: int | None = None, started: float | None = None,
-             settings: dict | None = None) -> RunResult:
+             settings: dict | None = None, ray: str | None = None) -> RunResult:
     """Search for a faster kernel for a spec; return what was found (see RunResult).
 
     The budget is wall time from this call to the return, setup and final checks
@@ -41,19 +43,26 @@ def optimize(spec_path: str | None = None, *, budget: str | float = "10m",
     seeded one-chain run reproducible. ``progress`` is called with a stats dict a few
     times a second (the CLI draws it). ``started`` (time.time()) is when the budget's
     clock started: now by default; the CLI passes its process's start. ``settings`` (each
-    flag's value and where it came from) is recorded in run.json."""
+    flag's value and where it came from) is recorded in run.json. ``ray`` runs the
+    chains on a Ray cluster: auto, local, ray://HOST:PORT or HOST:PORT (docs/scale.md);
+    a resumed run uses the cluster it was started with unless ``ray`` names another
+    (or "none": this machine's processes)."""
+    from stochopt.search.ray_executor import check_ray_address, cluster_cpus
     started = time.time() if started is None else started
+    ray = None if ray is None else check_ray_address(ray)
     if resume is not None:
-        return _resume(Path(resume), progress=progress, started=started)
+        return _resume(Path(resume), progress=progress, started=started, ray=ray)
+    ray = None if ray == "none" else ray
     if spec_path is None:
         raise StochoptError("optimize needs a spec file (or resume=RUN_DIR)")
     budget_s = parse_duration(budget)
-    if chains is None:
-        chains = os.cpu_count() or 1
-    if not isinstance(chains, int) or isinstance(chains, bool) or not 1 <= chains <= 64:
-        raise StochoptError(f"chains must be between 1 and 64, got {chains!r}")
-    if check_workers is None:
-        check_workers = max(1, chains // 2)
+    if chains is None:  # one per CPU: of this machine, or of the cluster
+        chains = (os.cpu_count() or 1) if ray is None else cluster_cpus(ray)
+    most = 64 if ray is None else MAX_RAY_CHAINS
+    if not isinstance(chains, int) or isinstance(chains, bool) or not 1 <= chains <= most:
+        raise StochoptError(f"chains must be between 1 and {most}, got {chains!r}")
+    if check_workers is None:  # on this machine, beside the driver, also with Ray
+        check_workers = max(1, min(chains // 2, os.cpu_count() or 1))
     if not isinstance(check_workers, int) or isinstance(check_workers, bool) or \
             not 0 <= check_workers <= 64:
         raise StochoptError(f"check_workers must be between 0 and 64, got {check_workers!r}")
@@ -81,7 +90,7 @@ def optimize(spec_path: str | None = None, *, budget: str | float = "10m",
            "max_proposals": max_proposals, "max_cost": max_cost, "config": vars(config),
            "llm": _public_llm(llm), "roofline_cycles": None, "baseline_cycles": None,
            "bound_cycles": None, "started": started, "versions": _versions(),
-           "host": platform.node(), "settings": settings}
+           "host": platform.node(), "settings": settings, "ray": ray}
     write_json(rd / "run.json", run)
     try:
         state, start_text, baseline_text = _setup(rd, run, spec, m, started)
@@ -229,10 +238,13 @@ def write_unproved(rd: Path, found: dict, proved_cycles: int) -> dict:
     return record
 
 
-def _resume(rd: Path, progress, started: float) -> RunResult:
+def _resume(rd: Path, progress, started: float, ray: str | None = None) -> RunResult:
     if not (rd / "run.json").is_file():
         raise StochoptError(f"{rd} is not a run directory (no run.json)")
     run = read_json(rd / "run.json")
+    if ray is not None:  # the same run on another cluster, or on this machine ("none")
+        run["ray"] = None if ray == "none" else ray
+        write_json(rd / "run.json", run)
     finished = (rd / "checkpoint.json").is_file() and load_checkpoint(rd).get("finished")
     if not finished and run.get("baseline_cycles") is None:  # stopped during its setup
         m = _run_machine(run)

@@ -22,10 +22,16 @@ from stochopt.errors import StochoptError
 
 def atomic_write(path: Path, text: str) -> None:
     """Write, fsync, rename: readers see the old file or the new one, never a mix."""
+    atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """atomic_write for bytes (files a chain on another node sent the driver)."""
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(text)
+    with open(tmp, "wb") as f:
+        f.write(data)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -77,25 +83,6 @@ def new_run_dir(spec_name: str, root: str | Path = "runs", name: str | None = No
 
 def copy_spec(spec_path: str, run_dir: Path) -> None:
     shutil.copyfile(spec_path, run_dir / "spec.py")
-
-
-class EventLog:
-    """events.jsonl: one line per candidate, flushed as it is written."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = Path(path)
-        self._file = open(self.path, "a", buffering=1)
-
-    def write(self, event: dict) -> None:
-        self._file.write(json.dumps(event, separators=(",", ":"), default=str) + "\n")
-
-    def flush(self) -> None:
-        self._file.flush()
-
-    def close(self) -> None:
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
 
 
 def read_events(path: Path) -> list[dict]:

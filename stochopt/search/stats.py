@@ -30,6 +30,7 @@ class RunStats:
         self.notes: list[str] = []
         self.checking = 0      # candidates waiting for or under their full check
         self.fastest_found: int | None = None  # the fastest of them
+        self.restarts = 0      # chains restarted elsewhere after their node died (Ray)
 
     def keep_best(self, text: str, cycles: int, verdict: dict, chain: int) -> None:
         """Remember a few verified bests: the final re-check falls back on them."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import multiprocessing as mp
-import queue
 import signal
 import time
 from pathlib import Path
@@ -22,8 +21,10 @@ from pathlib import Path
 from stochopt.errors import StochoptError
 from stochopt.leir.parser import parse
 from stochopt.search.checks import START, CheckerJob, CheckPool, Pending
-from stochopt.search.driver import Job, RunResult, save_checkpoint, start_workers
-from stochopt.search.rundir import EventLog, read_json, write_json
+from stochopt.search.driver import Job, RunResult, save_checkpoint
+from stochopt.search.event_log import BoundedEventLog
+from stochopt.search.executor import make_executor
+from stochopt.search.rundir import read_json, write_json
 from stochopt.search.stats import RunStats
 from stochopt.search.values import Proofs
 
@@ -62,11 +63,16 @@ def supervise(rd: Path, run: dict, state: dict, start_text: str, baseline_text: 
                 start_text, run["seed"] * 1000 + i, run["arms"], run["config"], t0, deadline,
                 quota[i], previous.get(i), llm, checks_in_pool=workers > 0)
             for i in range(run["chains"])]
-    procs, outbox, inboxes, stop = start_workers(jobs)
-    run_state.inboxes = inboxes
+    executor = make_executor(run.get("ray"))
+    # a process that holds a Ray connection must not fork (its gRPC threads do not
+    # survive it): beside Ray, the check workers are spawned
+    context = mp.get_context("fork" if run.get("ray") is None else "spawn")
+    outbox = context.Queue()  # the check pool's verdicts, and local chains'
+    executor.start(jobs, outbox)
+    run_state.executor = executor
     if workers:
         examples = run["config"].get("full_examples", 200)
-        run_state.pool = CheckPool(mp.get_context("fork"), [
+        run_state.pool = CheckPool(context, [
             CheckerJob(i, str(rd), str(rd / "spec.py"), run.get("name"), machine,
                        baseline_text, examples, deadline) for i in range(workers)], outbox)
         run_state.queue_start_and_pending(start_text)
@@ -74,33 +80,30 @@ def supervise(rd: Path, run: dict, state: dict, start_text: str, baseline_text: 
 
     def on_signal(signum, frame):
         stopped.update(signal=signum, why="interrupted")
-        stop.set()
+        executor.stop()
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    alive = len(procs)
+    alive = len(jobs)
     try:
         while True:
-            try:
-                message = outbox.get(timeout=0.1)
-            except queue.Empty:
-                message = None
+            message = executor.get(timeout=0.1)
             if message is not None and message[0] == "done":
                 alive -= 1
-                if alive == 0 and not stop.is_set() and run.get("max_proposals"):
+                if alive == 0 and not executor.stopping() and run.get("max_proposals"):
                     stopped["why"] = "max_proposals"  # every chain made its quota
             elif message is not None:
                 run_state.take(message)
             now = time.time()
-            if not stop.is_set():
+            if not executor.stopping():
                 if run_state.fatal:
                     stopped["why"] = "error"
-                    stop.set()
+                    executor.stop()
                 elif run.get("max_cost") and run_state.stats.cost_usd >= run["max_cost"]:
                     stopped["why"] = "max_cost"
-                    stop.set()
+                    executor.stop()
                 elif now >= deadline - finish_reserve(run["budget_s"],
                                                       run_state.longest_check_s()):
-                    stop.set()  # the search part is over; the checks go on
+                    executor.stop()  # the search part is over; the checks go on
             if alive == 0 and (stopped["why"] in ("interrupted", "error")
                                or not run_state.checks_left() or now >= deadline):
                 break
@@ -112,11 +115,7 @@ def supervise(rd: Path, run: dict, state: dict, start_text: str, baseline_text: 
     finally:
         for s, h in old.items():
             signal.signal(s, h)
-        stop.set()
-        for p in procs:
-            p.join(timeout=5)
-            if p.is_alive():
-                p.terminate()
+        executor.close()
         if run_state.pool is not None:
             run_state.pool.close()
     try:
@@ -150,11 +149,11 @@ class _RunState:
         self.rd, self.run, self.spec, self.machine = rd, run, spec, machine
         self.deadline = deadline
         self.stats = RunStats(run, state, t0)
-        self.log = EventLog(rd / "events.jsonl")
+        self.log = BoundedEventLog(rd / "events.jsonl")
         self.chain_states = {c["index"]: c for c in state.get("chains", [])}
         self.saved_pending = [Pending.from_json(p) for p in state.get("pending", [])]
         self.pool: CheckPool | None = None
-        self.inboxes: list = []
+        self.executor = None   # where the chains run (stochopt/search/executor.py)
         best = read_json(rd / "best.json")
         proved = best.get("verdict") is not None
         self.proved_cycles: float = best["cycles"] if proved else math.inf
@@ -204,8 +203,7 @@ class _RunState:
             return
         if self.announced != target[:2]:
             self.announced = target[:2]
-            for inbox in self.inboxes:
-                inbox.put(("best", target[1], target[0], target[2]))
+            self.executor.send(None, ("best", target[1], target[0], target[2]))
 
     # -- messages ---------------------------------------------------------------------
     def take(self, message: tuple) -> None:
@@ -225,6 +223,11 @@ class _RunState:
                 self._announce()
         elif kind == "state":
             self.chain_states[message[1]] = message[2]
+        elif kind == "restarted":  # its node died: the chain goes on elsewhere
+            _, chain, why = message
+            t = round(self.stats.elapsed(), 4)
+            self.log.write({"t": t, "event": "chain_restarted", "chain": chain, "why": why})
+            self.stats.restarts += 1
         elif kind in ("error", "check_error"):
             who = "chain" if kind == "error" else "check worker"
             self.stats.errors.append(f"{who} {message[1]}: {message[2]}")
@@ -267,7 +270,7 @@ class _RunState:
             self._cut(pending)
         else:
             self._settle(pending, "wrong", facts.get("description"), counterexample=True)
-            self.inboxes[pending.chain].put(("refuted", path))
+            self.executor.send(pending.chain, ("refuted", path))
         self._announce()
 
     def _start_verdict(self, pending: Pending, facts: dict, interrupted: bool) -> None:
@@ -298,8 +301,7 @@ class _RunState:
         self.stats.best_cycles = cycles
         self.stats.keep_best(text, cycles, facts, chain)
         if self.pool is None:
-            for inbox in self.inboxes:
-                inbox.put(("best", text, cycles, True))
+            self.executor.send(None, ("best", text, cycles, True))
 
     def _settle(self, pending: Pending, outcome: str, error: str | None,
                 counterexample: bool = False) -> None:

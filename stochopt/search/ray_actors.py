@@ -1,0 +1,212 @@
+"""The two Ray actors of a run on a cluster (see stochopt/search/ray_executor.py).
+
+``Coordinator``: the one small actor for what the chains share. It holds each chain's
+inbox (the global best to beat, refuted candidates' counterexamples), the messages on
+their way to the driver, the stop flag, the counterexample files (so that a chain
+restarted on another node gets every input its predecessor screened with) and the
+LLM's cluster-wide limits: requests in flight and dollars spent.
+
+``ChainActor``: one chain, run by the same loop as a local worker process
+(stochopt/search/driver.py) through a ``Link`` that batches what it says: every
+batch carries the chain's events and then its state, in one call that also brings
+back its inbox and the stop flag. A chain restarted from its last state therefore
+neither repeats nor loses an event. Files the chain writes (its own counterexamples,
+LLM transcripts) go to a scratch folder on its node and travel to the driver, which
+alone writes the run directory.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import queue
+import tempfile
+from collections import deque
+from pathlib import Path
+
+SHIPPED = ("counterexamples", "llm")  # the folders of a chain's files the driver keeps
+
+
+class Coordinator:
+    def __init__(self, chains: int, llm_concurrency: int | None,
+                 max_cost: float | None) -> None:
+        self.inboxes: dict[int, list] = {i: [] for i in range(chains)}
+        self.unacknowledged: dict[int, list] = {i: [] for i in range(chains)}
+        self.outbox: list = []
+        self.stopped = False
+        self.best: tuple | None = None
+        self.files: dict[str, bytes] = {}       # counterexamples/<name> -> .npz bytes
+        self.llm_limit = llm_concurrency
+        self.llm_in_flight = 0
+        self.max_cost = max_cost
+        self.spent_usd = 0.0
+
+    # -- the chains' side -------------------------------------------------------------
+    def sync(self, index: int, batch: bytes, files: dict[str, bytes]) -> tuple[list, bool]:
+        """A chain's batch (its files, then its messages pickled in one blob that only
+        the driver opens, its state last); its inbox back. What it took last time is
+        acknowledged by this batch's state."""
+        for relative, data in files.items():
+            if relative.startswith("counterexamples/"):
+                self.files[relative] = data
+            self.outbox.append(("file", relative, data))
+        self.outbox.append(("batch", batch))
+        delivered, self.inboxes[index] = self.inboxes[index], []
+        self.unacknowledged[index] = delivered
+        return delivered, self.stopped
+
+    def files_named(self, names: list[str]) -> dict[str, bytes]:
+        return {name: self.files[name] for name in names if name in self.files}
+
+    def llm_acquire(self, wanted: int) -> int:
+        """Request slots granted to a chain (the run's limit is shared by all)."""
+        if self.max_cost is not None and self.spent_usd >= self.max_cost:
+            return 0
+        if self.llm_limit is None:
+            return wanted
+        granted = max(0, min(wanted, self.llm_limit - self.llm_in_flight))
+        self.llm_in_flight += granted
+        return granted
+
+    def llm_release(self, slots: int, cost_usd: float) -> None:
+        self.llm_in_flight = max(0, self.llm_in_flight - slots)
+        self.spent_usd += cost_usd
+
+    # -- the driver's side ------------------------------------------------------------
+    def attach(self, index: int) -> None:
+        """A (re)started chain: it gets what its predecessor took in but had not yet
+        acknowledged with a state, what waits, and the global best."""
+        again = self.unacknowledged[index] + self.inboxes[index]
+        self.unacknowledged[index] = []
+        if self.best is not None:
+            again.append(self.best)
+        self.inboxes[index] = again
+
+    def send(self, index: int | None, message: tuple) -> None:
+        if message[0] == "best":
+            self.best = message
+        for i in (list(self.inboxes) if index is None else [index]):
+            self.inboxes[i].append(message)
+
+    def put_files(self, files: dict[str, bytes]) -> None:
+        self.files.update(files)
+
+    def drain(self) -> list:
+        out, self.outbox = self.outbox, []
+        return out
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+class Link:
+    """A chain's outbox, inbox, stop flag and LLM gate in one, over the coordinator."""
+
+    def __init__(self, coordinator, index: int, scratch: Path) -> None:
+        self.coordinator, self.index, self.scratch = coordinator, index, scratch
+        self.out: list = []
+        self.inbox: deque = deque()
+        self.stopped = False
+        self.shipped: dict[str, int] = {}  # relative path -> mtime_ns sent
+
+    # the outbox
+    def put(self, message: tuple) -> None:
+        if message[0] == "state":
+            message = ("state", message[1], portable_state(message[2]))
+        self.out.append(message)
+        if message[0] in ("state", "done"):
+            self.sync()
+
+    def sync(self) -> None:
+        import ray
+        files = self._changed_files()  # before the state that may name them
+        batch = pickle.dumps(self.out, protocol=pickle.HIGHEST_PROTOCOL)
+        inbox, stopped = ray.get(self.coordinator.sync.remote(self.index, batch, files))
+        self.out = []
+        self.stopped = self.stopped or stopped
+        for message in inbox:
+            if message[0] == "refuted":  # a counterexample's name: fetch it to this node
+                message = ("refuted", self.materialize([message[1]])[0])
+            self.inbox.append(message)
+
+    # the inbox
+    def get_nowait(self) -> tuple:
+        if not self.inbox:
+            raise queue.Empty
+        return self.inbox.popleft()
+
+    # the stop flag
+    def is_set(self) -> bool:
+        return self.stopped
+
+    # the run's LLM limits (LLMProposer.gate)
+    def acquire(self, wanted: int) -> int:
+        import ray
+        return ray.get(self.coordinator.llm_acquire.remote(wanted))
+
+    def release(self, slots: int, cost_usd: float) -> None:
+        self.coordinator.llm_release.remote(slots, cost_usd)
+
+    def materialize(self, names: list[str]) -> list[str]:
+        """Local paths of counterexample files (``counterexamples/<name>``), fetched from
+        the coordinator when this node does not have them yet."""
+        import ray
+        missing = [n for n in names if not (self.scratch / n).is_file()]
+        if missing:
+            for name, data in ray.get(self.coordinator.files_named.remote(missing)).items():
+                (self.scratch / name).parent.mkdir(parents=True, exist_ok=True)
+                (self.scratch / name).write_bytes(data)
+                self.shipped[name] = (self.scratch / name).stat().st_mtime_ns
+        return [str(self.scratch / n) for n in names]
+
+    def _changed_files(self) -> dict[str, bytes]:
+        out = {}
+        for folder in SHIPPED:
+            try:
+                entries = list(os.scandir(self.scratch / folder))
+            except FileNotFoundError:
+                continue
+            for entry in entries:
+                if entry.name.startswith(".") or not entry.is_file():
+                    continue  # a temporary file being written
+                relative = f"{folder}/{entry.name}"
+                mtime = entry.stat().st_mtime_ns
+                if self.shipped.get(relative) != mtime:
+                    out[relative] = Path(entry.path).read_bytes()
+                    self.shipped[relative] = mtime
+        return out
+
+
+def portable_state(state: dict) -> dict:
+    """A chain's state with its counterexamples named relative to the run directory."""
+    names = [f"counterexamples/{Path(p).name}" for p in state.get("counterexamples", [])]
+    return {**state, "counterexamples": names}
+
+
+class ChainActor:
+    """One chain on whichever node Ray placed it."""
+
+    def run(self, job, coordinator, spec_text: str) -> None:
+        from dataclasses import replace
+
+        from threadpoolctl import threadpool_limits
+
+        from stochopt.search.driver import _work
+        threadpool_limits(1)
+        scratch = Path(tempfile.mkdtemp(prefix=f"stochopt-chain{job.index}-"))
+        (scratch / "counterexamples").mkdir()
+        (scratch / "spec.py").write_text(spec_text)
+        link = Link(coordinator, job.index, scratch)
+        try:
+            state = job.state
+            if state:  # its counterexamples, fetched to this node
+                state = {**state, "counterexamples": link.materialize(
+                    [f"counterexamples/{Path(p).name}"
+                     for p in state.get("counterexamples", [])])}
+            job = replace(job, run_dir=str(scratch), spec_path=str(scratch / "spec.py"),
+                          state=state)
+            _work(job, link, link, link, os.getppid(), llm_gate=link)
+        except BaseException as e:  # a dying chain must say why, never hang the run
+            link.put(("error", job.index, f"{type(e).__name__}: {e}"))
+        finally:
+            link.put(("done", job.index))

@@ -1,0 +1,276 @@
+"""Chains as Ray actors spread over a cluster (``--ray ADDRESS``); see docs/scale.md.
+
+``--ray auto`` joins the cluster this machine belongs to (as after ``ray start
+--head``), ``--ray local`` starts a private one on this machine, ``--ray
+ray://host:10001`` goes through Ray Client, and ``host:port`` names a head node. Each
+chain is one actor asking for one CPU; one coordinating actor (stochopt/search/
+ray_actors.py) holds what the chains share. The driver alone writes the run directory:
+the chains' files come to it through the coordinator.
+
+A chain whose node dies is started again elsewhere from the last state it sent (a
+state comes with every batch of its events, so no event is repeated or lost), and the
+events say so (``chain_restarted``). When the cluster has no free CPU left, the new
+actor shares one rather than wait for a node that may never come.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import queue
+import time
+from collections import deque
+from dataclasses import replace
+from pathlib import Path
+
+from stochopt.errors import StochoptError
+from stochopt.search.driver import FLUSH_S, Job
+
+POLL_S = 0.05        # the longest the driver waits between two looks at the coordinator
+WATCH_S = 0.5        # how often it looks for chains whose actor died
+CLOSE_S = 5.0        # how long close() waits for the chains to end before killing them
+LOCAL_STORE_BYTES = 256 * 1024**2  # a private cluster needs little: messages, no tensors
+INSTALL = "pip install 'stochopt[ray]'"
+
+
+def check_ray_address(address: object) -> str:
+    """auto, local, none (this machine's process pool: a resumed run leaves its cluster),
+    ray://host:port or host:port; else a one-line error."""
+    if not isinstance(address, str) or not address.strip():
+        raise StochoptError(f"--ray takes auto, local, ray://HOST:PORT or HOST:PORT, got "
+                            f"{address!r}")
+    address = address.strip()
+    if address in ("auto", "local", "none") or address.startswith("ray://"):
+        return address
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise StochoptError(f"--ray takes auto, local, ray://HOST:PORT or HOST:PORT, got "
+                            f"{address!r}")
+    return address
+
+
+def connect(address: str):
+    """The ray module, connected to the cluster ``address`` names (once per process)."""
+    try:
+        import ray
+    except ImportError:
+        raise StochoptError("--ray needs Ray, which is not installed",
+                            hint=f"install it: {INSTALL}") from None
+    if ray.is_initialized():
+        return ray
+    import stochopt
+    # the workers import stochopt from where this process does (a checkout, a venv)
+    root = str(Path(stochopt.__file__).resolve().parent.parent)
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    options = {"include_dashboard": False, "log_to_driver": False,
+               "logging_level": logging.WARNING,
+               "runtime_env": {"env_vars": {"PYTHONPATH": path}}}
+    try:
+        if address == "local":
+            ray.init(num_cpus=os.cpu_count() or 1, object_store_memory=LOCAL_STORE_BYTES,
+                     **options)
+        else:
+            ray.init(address=address, **options)
+    except (ConnectionError, RuntimeError, ValueError, TimeoutError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise StochoptError(f"cannot join the Ray cluster at {address}: {first}",
+                            hint="start one with `ray start --head`, or use --ray local"
+                            ) from None
+    return ray
+
+
+def cluster_cpus(address: str) -> int:
+    """The CPUs of the cluster: the default number of chains."""
+    ray = connect(address)
+    return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+class RayExecutor:
+    """The Executor of stochopt/search/executor.py on a Ray cluster."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.buffer: deque = deque()
+        self.actors: dict[int, object] = {}
+        self.runs: dict[object, int] = {}         # the actor's run() -> chain index
+        self.last_state: dict[int, dict] = {}
+        self.done: set[int] = set()
+        self.stop_requested = self.stop_sent = False
+        self.stop_sent_at = self.last_watch = 0.0
+
+    def start(self, jobs: list[Job], outbox) -> None:
+        self.ray = ray = connect(self.address)
+        self.outbox = outbox
+        self.run_dir = Path(jobs[0].run_dir)
+        self.spec_text = Path(jobs[0].spec_path).read_text()
+        self.jobs = {j.index: replace(j, state_every_s=FLUSH_S) for j in jobs}
+        llm = jobs[0].llm if "llm" in jobs[0].arms else None
+        self.coordinator = ray.remote(_coordinator_class()).options(
+            num_cpus=0, scheduling_strategy=_on_head(ray)).remote(
+            len(jobs), (llm or {}).get("concurrency"), (llm or {}).get("max_cost"))
+        # a resumed run's chains screen with counterexamples this machine holds
+        names = {f"counterexamples/{Path(p).name}" for j in jobs if j.state
+                 for p in j.state.get("counterexamples", [])}
+        ray.get(self.coordinator.put_files.remote(
+            {n: (self.run_dir / n).read_bytes() for n in names
+             if (self.run_dir / n).is_file()}))
+        self.chain_class = ray.remote(_chain_class())
+        # chains beyond the cluster's CPUs share them (as processes would) rather than
+        # wait forever for a CPU of their own
+        total = int(ray.cluster_resources().get("CPU", 1))
+        for job in jobs:
+            self._launch(self.jobs[job.index], cpus=1 if job.index < total else 0)
+
+    def _launch(self, job: Job, cpus: float) -> None:
+        ray = self.ray
+        ray.get(self.coordinator.attach.remote(job.index))
+        actor = self.chain_class.options(num_cpus=cpus, max_restarts=0,
+                                         scheduling_strategy="SPREAD").remote()
+        self.actors[job.index] = actor
+        self.runs[actor.run.remote(job, self.coordinator, self.spec_text)] = job.index
+
+    # -- messages ---------------------------------------------------------------------
+    def get(self, timeout: float) -> tuple | None:
+        if time.monotonic() - self.last_watch > WATCH_S:
+            self._watch()
+        for take in (self._take_buffered, self._take_local):
+            message = take()
+            if message is not None:
+                return message
+        self._drain()
+        message = self._take_buffered()
+        if message is not None:
+            return message
+        try:
+            return self.outbox.get(timeout=min(timeout, POLL_S))
+        except queue.Empty:
+            return None
+
+    def _take_buffered(self) -> tuple | None:
+        return self.buffer.popleft() if self.buffer else None
+
+    def _take_local(self) -> tuple | None:
+        try:
+            return self.outbox.get_nowait()
+        except queue.Empty:
+            return None
+
+    def _drain(self) -> None:
+        from stochopt.search.rundir import atomic_write_bytes
+        if self.stop_requested and not self.stop_sent:
+            self.coordinator.stop.remote()
+            self.stop_sent, self.stop_sent_at = True, time.monotonic()
+        for item in self.ray.get(self.coordinator.drain.remote()):
+            if item[0] == "file":  # the driver alone writes the run directory
+                atomic_write_bytes(self.run_dir / item[1], item[2])
+            else:  # a chain's batch: pickled by our own chain code, in the same run
+                for message in pickle.loads(item[1]):
+                    self._arrived(message)
+
+    def _arrived(self, message: tuple) -> None:
+        """A chain's message, its counterexamples named in the run directory."""
+        kind = message[0]
+        if kind == "state":
+            state = {**message[2], "counterexamples": [
+                str(self.run_dir / n) for n in message[2]["counterexamples"]]}
+            self.last_state[message[1]] = state
+            message = ("state", message[1], state)
+        elif kind == "done":
+            self.done.add(message[1])
+        self.buffer.append(message)
+
+    def send(self, index: int | None, message: tuple) -> None:
+        if message[0] == "refuted":  # the chain's node fetches the file by its name
+            name = f"counterexamples/{Path(message[1]).name}"
+            self.coordinator.put_files.remote({name: Path(message[1]).read_bytes()})
+            message = ("refuted", name)
+        self.coordinator.send.remote(index, message)
+
+    # -- faults -----------------------------------------------------------------------
+    def _watch(self) -> None:
+        """Chains whose actor ended: a death (its node went away) restarts the chain
+        from its last state, on any node with room. Chains that have not ended CLOSE_S
+        after the stop (an actor Ray never placed) are ended here."""
+        self.last_watch = time.monotonic()
+        if not self.runs:
+            return
+        if self.stop_sent and time.monotonic() - self.stop_sent_at > CLOSE_S:
+            for ref, index in list(self.runs.items()):
+                self.ray.kill(self.actors[index])
+                del self.runs[ref]
+                if index not in self.done:
+                    self.done.add(index)
+                    self.buffer.append(("done", index))
+            return
+        ended, _ = self.ray.wait(list(self.runs), num_returns=len(self.runs), timeout=0)
+        for ref in ended:
+            index = self.runs.pop(ref)
+            try:
+                self.ray.get(ref)
+                continue  # it ended normally: its "done" is on its way
+            except self.ray.exceptions.RayError as e:
+                why = _first_line(e)
+            self._drain()  # what it said before it died comes first
+            if index in self.done:
+                continue
+            if self.stop_requested:
+                self.buffer.append(("done", index))
+                continue
+            job = replace(self.jobs[index], state=self.last_state.get(index,
+                                                                      self.jobs[index].state))
+            free = self.ray.available_resources().get("CPU", 0) >= 1
+            self._launch(job, cpus=1 if free else 0)
+            self.buffer.append(("restarted", index, f"its actor died ({why}); started again "
+                                f"from its last state{'' if free else ' on a shared CPU'}"))
+
+    # -- the end ----------------------------------------------------------------------
+    def stop(self) -> None:
+        self.stop_requested = True  # sent at the next get(): this may be a signal handler
+
+    def stopping(self) -> bool:
+        return self.stop_requested
+
+    def close(self) -> None:
+        self.stop_requested = True
+        try:
+            self._drain()
+            if self.runs:
+                self.ray.wait(list(self.runs), num_returns=len(self.runs), timeout=CLOSE_S)
+        except Exception:  # noqa: BLE001 - a cluster going away must not hide the result
+            pass
+        for actor in [*self.actors.values(), self.coordinator]:
+            try:
+                self.ray.kill(actor)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        self.actors.clear()
+        self.runs.clear()
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return (text.splitlines()[0] if text else type(error).__name__)[:200]
+
+
+def _on_head(ray):
+    """Keep the coordinator on the head node when it can: a worker node may go away, the
+    head is the cluster (and the driver's node may be any node sharing its address)."""
+    try:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        head = next(n["NodeID"] for n in ray.nodes() if n.get("Alive") and
+                    "node:__internal_head__" in n.get("Resources", {}))
+        # hard: a soft affinity was seen to place it on a worker node
+        return NodeAffinitySchedulingStrategy(head, soft=False)
+    except Exception:  # noqa: BLE001 - no head in sight (Ray Client): anywhere will do
+        return "DEFAULT"
+
+
+def _coordinator_class():
+    from stochopt.search.ray_actors import Coordinator
+    return Coordinator
+
+
+def _chain_class():
+    from stochopt.search.ray_actors import ChainActor
+    return ChainActor
