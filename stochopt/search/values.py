@@ -31,6 +31,7 @@ from stochopt.verify.screening import ScreeningSet
 
 VALUE_BYTES = 256 * 1024 * 1024   # per-node values a chain keeps, all inputs together
 VERDICTS = 200_000                # screening verdicts a chain keeps
+RANGE_VERDICTS = 100_000          # range-analysis verdicts a chain keeps
 
 
 def _key(term: Term, exact: bool) -> Term:
@@ -141,8 +142,22 @@ class CachedScreening(ScreeningSet):
     def __init__(self, *args, value_bytes: int = VALUE_BYTES, **kwargs) -> None:
         self.node_values = NodeValues(value_bytes)
         self.verdicts: OrderedDict[tuple[Term, int], float] = OrderedDict()
+        self.range_verdicts: OrderedDict[tuple, bool] = OrderedDict()
         self.hits = self.misses = 0
         super().__init__(*args, **kwargs)
+
+    def range_refused(self, kernel: Kernel) -> bool:
+        """The range analysis' verdict, once per kernel structure. The analysis reads
+        node indices (which nodes are one view of which), so two kernels with the same
+        value key may be analysed apart; the key is the kernel itself without its names:
+        every node's term (op, attributes, types, layouts included) and its arguments."""
+        key = (kernel.terms, tuple(n.args for n in kernel.nodes), kernel.output)
+        refused = self.range_verdicts.get(key)
+        if refused is None:
+            refused = self.range_verdicts[key] = super().range_refused(kernel)
+            if len(self.range_verdicts) > RANGE_VERDICTS:
+                self.range_verdicts.popitem(last=False)
+        return refused
 
     def output(self, kernel: Kernel, i: int, exact: bool) -> np.ndarray:
         return self.node_values.output(kernel, i, self.inputs[i], exact)

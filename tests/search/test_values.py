@@ -64,6 +64,9 @@ def check_cache_against_fresh(kernel) -> None:
             assert same_array(CACHED.output(kernel, i, exact),
                               emulate(kernel, FRESH.inputs[i], MNCORE2, exact=exact))
     assert CACHED.error(kernel) == FRESH.error(kernel)
+    refused = FRESH.range_refused(kernel)
+    assert CACHED.range_refused(kernel) == refused
+    assert CACHED.range_refused(kernel) == refused  # from the cache this time
 
 
 @pytest.mark.slow
