@@ -89,6 +89,13 @@ class EventLog:
     def write(self, event: dict) -> None:
         self._file.write(json.dumps(event, separators=(",", ":"), default=str) + "\n")
 
+    def write_many(self, events: list[dict]) -> None:
+        """Several events in one write: a chain sends thousands a second, and a write
+        each (the file is line-buffered) cost the main process ~25 us per event."""
+        if events:
+            self._file.write("".join(json.dumps(e, separators=(",", ":"), default=str)
+                                     + "\n" for e in events))
+
     def flush(self) -> None:
         self._file.flush()
 
