@@ -32,13 +32,15 @@ class Node:
     type: TensorType
     name: str = field(default="", compare=False)
     line: int | None = field(default=None, compare=False)
+    # the node indices among args, made once: dead-code removal, the schedule and the
+    # value caches read them for every node of every candidate
+    inputs: tuple[int, ...] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "inputs", tuple(a for a in self.args if isinstance(a, int)))
 
     def attr(self, key: str) -> Any:
         return T.attr_of(self.attrs, key)
-
-    @property
-    def inputs(self) -> tuple[int, ...]:
-        return tuple(a for a in self.args if isinstance(a, int))
 
 
 @dataclass(frozen=True, slots=True)
