@@ -5,6 +5,7 @@ chain's whole step; and how many candidates a mutate chain gets through per seco
     python benchmarks/bench_candidate.py --profile       # where a chain step's time goes
     python benchmarks/bench_candidate.py --run 60        # optimize, mutate, 2 chains, 60 s
     python benchmarks/bench_candidate.py --run 60 --runs 3   # median and spread of 3 runs
+    python benchmarks/bench_candidate.py --steps 5000     # one chain: per CPU second
 
 Medians and spreads over repetitions (time.perf_counter). No assertions: these are
 measurements, the test suite never times anything.
@@ -58,6 +59,32 @@ def chain_rate(spec, baseline, seconds: float, arms: list[str], seed: int,
     return n / seconds
 
 
+def chain_steps(spec, baseline, steps: int, seed: int = 0) -> None:
+    """One mutate chain in this process for a fixed number of steps, full checks handed
+    off as with a check pool: candidates per CPU second (time.process_time, so a shared
+    machine's load matters less than for wall time) and a digest of the events, which
+    is the same before and after a change that keeps behaviour."""
+    import hashlib
+    import json
+    from dataclasses import replace
+
+    from stochopt.leir.render import render
+    chain = Chain(0, spec, baseline, cost(baseline, MNCORE2).cycles, baseline, MNCORE2,
+                  ["mutate"], seed, ChainConfig())
+    chain.checks_elsewhere = True
+    digest = hashlib.sha256()
+    started = time.process_time()
+    for _ in range(steps):
+        event, _, _ = chain.step()
+        chain.submissions.clear()
+        event.pop("seconds")
+        digest.update(json.dumps(event, sort_keys=True, default=str).encode())
+    cpu = time.process_time() - started
+    digest.update(render(replace(chain.current, spec_path=None)).encode())  # not its path
+    print(f"  {steps} steps: {steps / cpu:.0f} candidates per CPU second, events "
+          f"{digest.hexdigest()[:16]}")
+
+
 def run_rate(spec_path: Path, seconds: float, chains: int, full_examples: int,
              runs: int = 1) -> None:
     """What the issue measures: `optimize --proposer mutate` with N chains, candidates
@@ -104,6 +131,8 @@ def main() -> None:
                     help="only time a whole `optimize --proposer mutate` run per spec")
     ap.add_argument("--chains", type=int, default=2, help="chains of the --run")
     ap.add_argument("--runs", type=int, default=1, help="how many --run runs per spec")
+    ap.add_argument("--steps", type=int, default=0,
+                    help="only run one chain for this many steps (CPU time, events digest)")
     ap.add_argument("--full-examples", type=int, default=200,
                     help="examples per full check in the chains (1: time the chain's own "
                          "path, as when full checks run beside the chains)")
@@ -116,6 +145,10 @@ def main() -> None:
             continue
         spec = load_spec(SPECS / f"{name}.py")
         baseline = lower(spec)
+        if args.steps:
+            print(f"== {name}")
+            chain_steps(spec, baseline, args.steps)
+            continue
         screening = ScreeningSet(spec, baseline, MNCORE2)
         print(f"== {name} ({len(baseline.nodes)} ops)")
         print(f"  screen ({len(screening)} inputs)    "
