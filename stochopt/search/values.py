@@ -5,7 +5,8 @@ of independent ops, a relayout inserted or removed leave every value as it was, 
 edit deep in a kernel leaves everything upstream of it unchanged. Every cache here is
 keyed by a node's *value key* (leir/terms.py), which ignores what cannot change a value:
 
-- exact mode keys (``Term.exact_key``) ignore layouts, names and program order entirely;
+- exact mode keys (``Term.exact_key``) ignore layouts, names, program order and whether
+  a float is f32 or bf16 (exact mode never rounds) entirely;
 - native mode keys (``Term.native_key``) ignore them too, except the layout of the axis
   that a reduce_sum or a matmul sums over, which sets the order (and so the rounding) of
   the sum on a machine that follows it.
