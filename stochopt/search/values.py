@@ -7,7 +7,8 @@ keyed by a node's *value key* (leir/terms.py), which ignores what cannot change 
 
 - exact mode keys (``Term.exact_key``) ignore layouts, names, program order and whether
   a float is f32 or bf16 (exact mode never rounds) entirely;
-- native mode keys (``Term.native_key``) ignore them too, except the layout of the axis
+- native mode keys (``Term.native_key``) ignore layouts, names and program order too
+  (never dtypes: native mode rounds to them), except the layout of the axis
   that a reduce_sum or a matmul sums over, which sets the order (and so the rounding) of
   the sum on a machine that follows it.
 
