@@ -4,6 +4,8 @@ chain's whole step; and how many candidates a mutate chain gets through per seco
     python benchmarks/bench_candidate.py                 # softmax and mla_decode
     python benchmarks/bench_candidate.py --profile       # where a chain step's time goes
     python benchmarks/bench_candidate.py --run 60        # optimize, mutate, 2 chains, 60 s
+    python benchmarks/bench_candidate.py --run 60 --runs 3   # median and spread of 3 runs
+    python benchmarks/bench_candidate.py --steps 5000     # one chain: per CPU second
 
 Medians and spreads over repetitions (time.perf_counter). No assertions: these are
 measurements, the test suite never times anything.
@@ -57,18 +59,66 @@ def chain_rate(spec, baseline, seconds: float, arms: list[str], seed: int,
     return n / seconds
 
 
-def run_rate(spec_path: Path, seconds: float, chains: int, full_examples: int) -> None:
+def chain_steps(spec, baseline, steps: int, seed: int = 0) -> None:
+    """One mutate chain in this process for a fixed number of steps, full checks handed
+    off as with a check pool: candidates per CPU second (time.process_time, so a shared
+    machine's load matters less than for wall time) and a digest of the events, which
+    is the same before and after a change that keeps behaviour."""
+    import hashlib
+    import json
+    from dataclasses import replace
+
+    from stochopt.leir.render import render
+    chain = Chain(0, spec, baseline, cost(baseline, MNCORE2).cycles, baseline, MNCORE2,
+                  ["mutate"], seed, ChainConfig())
+    chain.checks_elsewhere = True
+    digest = hashlib.sha256()
+    started = time.process_time()
+    for _ in range(steps):
+        event, _, _ = chain.step()
+        chain.submissions.clear()
+        event.pop("seconds")
+        digest.update(json.dumps(event, sort_keys=True, default=str).encode())
+    cpu = time.process_time() - started
+    digest.update(render(replace(chain.current, spec_path=None)).encode())  # not its path
+    print(f"  {steps} steps: {steps / cpu:.0f} candidates per CPU second, events "
+          f"{digest.hexdigest()[:16]}")
+
+
+def run_rate(spec_path: Path, seconds: float, chains: int, full_examples: int,
+             runs: int = 1) -> None:
     """What the issue measures: `optimize --proposer mutate` with N chains, candidates
-    per second of the run (its full checks included, of full_examples each)."""
+    per second of the run (its full checks included, of full_examples each); with
+    ``runs`` > 1, the median and spread of that many runs. CPU seconds (this process,
+    and the chain and check processes it started) say how much of the machine the runs
+    got, which matters on a shared one."""
+    import resource
     import tempfile
 
     from stochopt.search.optimize import optimize
-    with tempfile.TemporaryDirectory() as tmp:
-        result = optimize(str(spec_path), budget=seconds, proposer="mutate", chains=chains,
-                          run_dir=str(Path(tmp) / "run"),
-                          config=ChainConfig(full_examples=full_examples))
-    print(f"  optimize, {chains} chains, {seconds:.0f} s: {result.proposals} candidates, "
-          f"{result.proposals / seconds:.0f}/s of budget; best {result.best_cycles} cycles")
+    rates = []
+    for run in range(runs):
+        before = [resource.getrusage(who) for who in (resource.RUSAGE_SELF,
+                                                        resource.RUSAGE_CHILDREN)]
+        with tempfile.TemporaryDirectory() as tmp:
+            result = optimize(str(spec_path), budget=seconds, proposer="mutate",
+                              chains=chains, run_dir=str(Path(tmp) / "run"),
+                              config=ChainConfig(full_examples=full_examples))
+        cpu = [_cpu(resource.getrusage(who)) - _cpu(was) for who, was in
+               zip((resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN), before, strict=True)]
+        rates.append(result.proposals / seconds)
+        unproved = f", unproved {result.unproved_cycles}" if result.unproved_cycles else ""
+        print(f"  run {run + 1}: optimize, {chains} chains, {seconds:.0f} s: "
+              f"{result.proposals} candidates, {rates[-1]:.0f}/s of budget; best "
+              f"{result.best_cycles} cycles{unproved}; CPU s main {cpu[0]:.1f}, "
+              f"chains and checks {cpu[1]:.1f}")
+    if runs > 1:
+        print(f"  median {statistics.median(rates):.0f}/s, min {min(rates):.0f}, "
+              f"max {max(rates):.0f} ({runs} runs)")
+
+
+def _cpu(usage) -> float:
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> None:
@@ -80,6 +130,9 @@ def main() -> None:
     ap.add_argument("--run", type=float, default=0.0, metavar="SECONDS",
                     help="only time a whole `optimize --proposer mutate` run per spec")
     ap.add_argument("--chains", type=int, default=2, help="chains of the --run")
+    ap.add_argument("--runs", type=int, default=1, help="how many --run runs per spec")
+    ap.add_argument("--steps", type=int, default=0,
+                    help="only run one chain for this many steps (CPU time, events digest)")
     ap.add_argument("--full-examples", type=int, default=200,
                     help="examples per full check in the chains (1: time the chain's own "
                          "path, as when full checks run beside the chains)")
@@ -87,10 +140,15 @@ def main() -> None:
     for name in args.specs.split(","):
         if args.run:
             print(f"== {name}")
-            run_rate(SPECS / f"{name}.py", args.run, args.chains, args.full_examples)
+            run_rate(SPECS / f"{name}.py", args.run, args.chains, args.full_examples,
+                     args.runs)
             continue
         spec = load_spec(SPECS / f"{name}.py")
         baseline = lower(spec)
+        if args.steps:
+            print(f"== {name}")
+            chain_steps(spec, baseline, args.steps)
+            continue
         screening = ScreeningSet(spec, baseline, MNCORE2)
         print(f"== {name} ({len(baseline.nodes)} ops)")
         print(f"  screen ({len(screening)} inputs)    "

@@ -352,10 +352,14 @@ def optimize(ctx, spec_path, budget, proposer, chains, ray_address, seed, init, 
             live.update(progress_view(stats))
         elif not quiet and stats["elapsed_s"] - last["t"] >= 10:
             last["t"] = stats["elapsed_s"]
+            found = stats.get("fastest_found")
+            waiting = "" if found is None or found >= stats["best_cycles"] else (
+                f"; found {found} cycles ({stats['baseline_cycles'] / found:.2f}x), "
+                "not yet proved")  # a proved 1.00x is not the whole story
             err_console.print(f"[{stats['elapsed_s']:.0f}s] "
                               f"{plural(stats['proposals'], 'candidate')}, "
                               f"best {stats['best_cycles']} cycles "
-                              f"({stats['speedup']:.2f}x)", highlight=False)
+                              f"({stats['speedup']:.2f}x){waiting}", highlight=False)
 
     if live is not None:
         live.start()

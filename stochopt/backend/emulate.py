@@ -89,7 +89,8 @@ def evaluate_node(op: str, out_type: TensorType, arg_types: Sequence, args: list
     """The value of one op on its arguments' values (inside np.errstate(all="ignore")).
     Everything a node's value may depend on is a parameter here, so the per-node value
     cache (search/values.py) and emulate() compute alike. Exact values must never depend
-    on a layout (exact value keys ignore layouts); a native rule that reads a layout fact
+    on a layout, nor on whether a float is f32 or bf16 (exact value keys ignore both:
+    leir/terms.py); a native rule that reads a layout fact
     other than the summed axis of reduce_sum or matmul must add it to the native value
     key (terms.REDUCTION_ORDER in leir/terms.py)."""
     if exact:

@@ -32,13 +32,15 @@ class Node:
     type: TensorType
     name: str = field(default="", compare=False)
     line: int | None = field(default=None, compare=False)
+    # the node indices among args, made once: dead-code removal, the schedule and the
+    # value caches read them for every node of every candidate
+    inputs: tuple[int, ...] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "inputs", tuple(a for a in self.args if isinstance(a, int)))
 
     def attr(self, key: str) -> Any:
         return T.attr_of(self.attrs, key)
-
-    @property
-    def inputs(self) -> tuple[int, ...]:
-        return tuple(a for a in self.args if isinstance(a, int))
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,9 +127,10 @@ class Builder:
         return self._add(op_name, tuple(args), ordered, attrs, name, line, col)
 
     def _add(self, op_name: str, args: tuple, ordered: tuple, attrs: dict | None,
-             name: str, line: int | None, col: int | None) -> int:
+             name: str, line: int | None, col: int | None, given: Node | None = None) -> int:
         """Append a node whose static arguments are ``ordered`` (the op's parameter order;
-        ``attrs`` as given, or None to take them from ``ordered``)."""
+        ``attrs`` as given, or None to take them from ``ordered``). ``given``: the node
+        being re-typed, appended itself when its type and attributes are the term's."""
         if len(self.nodes) >= MAX_OPS:
             raise ConstraintError(f"kernel has more than {MAX_OPS} ops", line=line, col=col,
                                   hint="use fewer loop iterations")
@@ -141,7 +144,9 @@ class Builder:
             ordered = tuple((p.name, attrs[p.name]) for p in OPS[op_name].static_params)
             term = T.make(op_name, sources, ordered, out)
             term.checked_on = self.machine
-        self.nodes.append(Node(op_name, args, term.attrs, term.type, name, line))
+        if given is None or given.type is not term.type or given.attrs is not term.attrs:
+            given = Node(op_name, args, term.attrs, term.type, name, line)
+        self.nodes.append(given)
         self.terms.append(term)
         return len(self.nodes) - 1
 
@@ -203,11 +208,18 @@ def _check_stored_tiles(nodes: list[Node], args: Sequence[Arg], line, col) -> No
 
 
 def build(name: str, nodes: Iterable[Node], output: int, machine,
-          spec_path: str | None = None) -> Kernel:
+          spec_path: str | None = None, edited: Kernel | None = None) -> Kernel:
     """Re-type a node list from scratch (after a rewrite or mutation): a valid Kernel or
-    ConstraintError. Types on the given nodes are ignored."""
+    ConstraintError. Types on the given nodes are ignored, except on the leading nodes
+    that are the very node objects of ``edited`` (the kernel the list was edited from,
+    built on this machine): an edit leaves what precedes it untouched, so those nodes
+    keep their types and terms and only the rest is re-typed."""
+    nodes = list(nodes)
     b = Builder(machine)
-    for i, n in enumerate(nodes):
+    kept = _unchanged_prefix(nodes, edited, machine)
+    if kept:
+        b.nodes, b.terms = nodes[:kept], list(edited.terms[:kept])
+    for i, n in enumerate(nodes[kept:], kept):
         if n.op == "input":
             b.input(n.attr("name"), n.type)
             continue
@@ -215,10 +227,23 @@ def build(name: str, nodes: Iterable[Node], output: int, machine,
             raise ConstraintError(f"unknown op {n.op!r}")
         if any(isinstance(a, int) and not 0 <= a < i for a in n.args):
             raise ConstraintError(f"{n.op} uses a value before it is defined", line=n.line)
-        b._add(n.op, n.args, n.attrs, None, n.name, n.line, None)
+        b._add(n.op, n.args, n.attrs, None, n.name, n.line, None, n)
     if not 0 <= output < len(b.nodes):
         raise ConstraintError("kernel output is out of range")
     return b.finish(name, output, spec_path)
+
+
+def _unchanged_prefix(nodes: list[Node], edited: Kernel | None, machine) -> int:
+    """How many leading nodes are ``edited``'s own node objects, with terms checked on
+    this machine: typed and legal here, as they were in ``edited``."""
+    if edited is None:
+        return 0
+    count = 0
+    for new, old, term in zip(nodes, edited.nodes, edited.terms, strict=False):
+        if new is not old or not _checked_on(term, machine):
+            break
+        count += 1
+    return count
 
 
 def check(kernel: Kernel, machine) -> Kernel:

@@ -16,8 +16,11 @@ Every term also has two *value keys*, terms of the layout-free value graph:
 - ``exact_key``: what the term computes in exact mode (float64, no rounding). Layouts
   never change an exact value, so the key drops them: load, relayout and store are the
   identity on values and collapse to their source; a full() forgets its layout; types
-  keep only dtype and shape. Two kernels that differ only in layouts, placement of
-  relayouts or program order have the same exact key.
+  keep only dtype and shape. Nor does the float dtype: exact mode computes f32 and bf16
+  alike, so both read "float" in the key and a cast between them collapses to its
+  source (a dtype move leaves every exact value as it was). Two kernels that differ
+  only in layouts, placement of relayouts, program order or float dtypes have the same
+  exact key.
 - ``native_key``: what the term computes in native mode (the machine's dtypes and
   rounding). Rounding depends on the order in which a sum is taken, and a machine sums
   a reduced or contracted axis in the order its layout spreads it. So the native key is
@@ -43,6 +46,8 @@ from stochopt.leir.rules import Const
 
 # ops whose value is their (only) source's value: they move data, never change it
 VALUE_PRESERVING = frozenset({"load", "relayout", "store"})
+# the float dtypes, which exact mode computes alike (float64, never rounded)
+FLOATS = frozenset({"f32", "bf16"})
 
 
 def _summed_axis_of_reduce(term: Term) -> Any:
@@ -226,11 +231,22 @@ def _value_key(term: Term, native: bool) -> Term:
 def _value_of(t: Term, native: bool, slot: str) -> Term:
     if t.op in VALUE_PRESERVING:
         return getattr(t.sources[0], slot)
+    if not native and t.op == "cast" and t.attr("dtype") in FLOATS and \
+            t.sources[0].type.dtype in FLOATS:
+        return t.sources[0]._exact  # exact mode never rounds: a float cast moves nothing
     sources = tuple(getattr(s, slot) if isinstance(s, Term) else s for s in t.sources)
     attrs = tuple((k, v) for k, v in t.attrs if k != "layout")
+    dtype = t.type.dtype
     if native and t.op in REDUCTION_ORDER:
         attrs += (("summed_axis", REDUCTION_ORDER[t.op](t)),)
-    return _make_value(t.op, (t.type.dtype, t.type.shape), sources, attrs)
+    elif not native:  # f32 and bf16 are one float64 in exact mode (full's dtype too)
+        dtype = _exact_dtype(dtype)
+        attrs = tuple((k, _exact_dtype(v) if k == "dtype" else v) for k, v in attrs)
+    return _make_value(t.op, (dtype, t.type.shape), sources, attrs)
+
+
+def _exact_dtype(dtype: str) -> str:
+    return "float" if dtype in FLOATS else dtype
 
 
 def value_graph_id(value: Term) -> str:

@@ -12,10 +12,12 @@ that could still become the best. A verdict settles the candidate's event:
   candidate still waiting);
 - ``unproved``: the run ended before its check did (see docs/search.md).
 
-The starting kernel is checked the same way, as the slowest candidate, so that the
-search never waits for it. A check gives way (SIGUSR1; it is queued again) when no
-worker is free and a candidate waits that is faster than the starting kernel's or 10%
-faster than the one being checked: a proved faster kernel makes it moot.
+A starting kernel given with --init is checked the same way, as the slowest
+candidate, so that the search never waits for it (the spec's own lowering is not
+checked: it is the baseline every check compares against). A check gives way (SIGUSR1;
+it is queued again) when no worker is free and a candidate waits that is faster than
+the starting kernel's or 10% faster than the one being checked: a proved faster kernel
+makes it moot.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from stochopt.backend.machine import load_machine
 from stochopt.leir.parser import parse
 
 START = "start"  # the check id of the starting kernel's own check
+LOWERING = "lowering"  # best.json's "proof" of a start that is the spec's lowering: none
 GIVE_WAY_RATIO = 0.9  # a check gives way to a waiting candidate at least 10% faster
 
 

@@ -31,6 +31,7 @@ from stochopt.search.rundir import read_json, write_json
 
 FLUSH_S = 0.25
 STATE_S = 5.0
+HEAR_S = 0.01  # how often a chain reads its inbox: a read costs ~20 us, a step ~0.2 ms
 
 
 @dataclass
@@ -93,12 +94,15 @@ def _work(job: Job, outbox, inbox, stop, parent, llm_gate=None) -> None:
         chain.restore(job.state)
     global_best = None
     events: list[dict] = []
-    last_flush = last_state = time.time()
+    last_flush = last_state = last_heard = time.time()
     deadline_mono = time.monotonic() + (job.deadline - time.time())
+    global_best = _hear(chain, inbox, global_best)
     while not stop.is_set() and time.time() < job.deadline:
         if job.max_proposals is not None and chain.proposals >= job.max_proposals:
             break
-        global_best = _hear(chain, inbox, global_best)
+        if time.time() - last_heard > HEAR_S:
+            global_best = _hear(chain, inbox, global_best)
+            last_heard = time.time()
         event, best, facts = chain.step(deadline_mono)
         event["t"] = round(time.time() - job.t0, 4)
         for sub in chain.submissions:  # the main process holds its event until the verdict

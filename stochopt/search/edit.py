@@ -14,9 +14,10 @@ from stochopt.leir.rules import Const
 
 
 def rebuild(kernel: Kernel, nodes: list[Node], output: int, machine) -> Kernel:
-    """Drop dead code, then type-check from scratch (ConstraintError if invalid)."""
+    """Drop dead code, then type-check what the edit may have changed (everything from
+    the first node that is not ``kernel``'s own; ConstraintError if invalid)."""
     nodes, output = remove_dead(nodes, output)
-    return build(kernel.name, nodes, output, machine, kernel.spec_path)
+    return build(kernel.name, nodes, output, machine, kernel.spec_path, edited=kernel)
 
 
 def remap(node: Node, mapping: dict[int, int]) -> Node:

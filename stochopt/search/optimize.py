@@ -15,6 +15,7 @@ from stochopt.leir.parser import parse
 from stochopt.leir.render import render
 from stochopt.search.budget import parse_duration
 from stochopt.search.chain import ChainConfig
+from stochopt.search.checks import LOWERING
 from stochopt.search.driver import RunResult, load_checkpoint, save_checkpoint
 from stochopt.search.proposers import check_proposer
 from stochopt.search.rundir import atomic_write, copy_spec, new_run_dir, read_json, write_json
@@ -124,7 +125,13 @@ def _setup(rd: Path, run: dict, spec, m, started: float) -> tuple[dict, str, str
     run.update(roofline_cycles=roof, bound_cycles=bound,
                baseline_cycles=cost(baseline, m).cycles)
     atomic_write(rd / "baseline.leir", baseline_text)
-    if run["check_workers"] == 0:
+    if run["init"] is None:
+        # the start is the spec's own lowering: the baseline every full check measures
+        # candidates against. Checking it against itself would prove nothing about the
+        # search and, on a large spec, take the first seconds of a short run's one check
+        # worker (or the chain's path) away from the faster kernels the run finds.
+        _write_best(rd, start, spec, None, m, "start", proof=LOWERING)
+    elif run["check_workers"] == 0:
         deadline = time.monotonic() + run["budget_s"] - (time.time() - started)
         verdict = check(start, spec, machine=m, baseline=baseline, seed=run["seed"],
                         deadline=deadline)
@@ -200,14 +207,16 @@ def _versions() -> dict:
 
 
 def _write_best(rd: Path, kernel, spec, verdict, machine, source: str, t: float = 0.0,
-                chain: int | None = None, recheck: dict | None = None) -> None:
+                chain: int | None = None, recheck: dict | None = None,
+                proof: str = "pending") -> None:
     """best.json first, then best.leir: the kernel file is the commit point. A verdict of
-    None marks the starting kernel while its own full check runs (``proof: pending``)."""
+    None marks the starting kernel: ``proof: pending`` while its own full check runs, or
+    ``proof: lowering`` when it is the spec's lowering, which needs none."""
     profile = cost(kernel, machine)
     facts = {"cycles": profile.cycles, "source": source, "t": t, "chain": chain,
              "profile": profile.to_json()}
     if verdict is None:
-        facts.update(verdict=None, certificate=None, proof="pending")
+        facts.update(verdict=None, certificate=None, proof=proof)
     else:
         facts.update(verdict=verdict if isinstance(verdict, dict) else verdict.to_json(),
                      certificate=certificate(kernel, spec, _as_verdict(verdict), machine))

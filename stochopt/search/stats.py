@@ -4,6 +4,7 @@ and the result read them."""
 from __future__ import annotations
 
 import time
+from collections import deque
 
 KEEP_BESTS = 5  # verified bests the checkpoint keeps for the final re-check to fall back on
 
@@ -25,7 +26,7 @@ class RunStats:
         self.llm_stopped: str | None = None  # why the LLM proposer gave up, if it did
         self.llm_answered = 0  # LLM candidates read from replies
         self.llm_failed = 0    # LLM requests that failed (each is one event)
-        self.recent: list[float] = []
+        self.recent: deque[float] = deque()  # when each event of the last 5 s came
         self.bests: list[dict] = list(state.get("bests", []))  # the last verified bests
         self.notes: list[str] = []
         self.checking = 0      # candidates waiting for or under their full check
@@ -59,7 +60,8 @@ class RunStats:
 
     def snapshot(self) -> dict:
         now = time.time()
-        self.recent = [t for t in self.recent if now - t < 5.0]
+        while self.recent and now - self.recent[0] >= 5.0:
+            self.recent.popleft()
         base = self.run["baseline_cycles"]
         return {"spec": self.run["spec"], "elapsed_s": self.elapsed(),
                 "budget_s": self.run["budget_s"], "proposals": self.proposals,

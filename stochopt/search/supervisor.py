@@ -20,7 +20,7 @@ from pathlib import Path
 
 from stochopt.errors import StochoptError
 from stochopt.leir.parser import parse
-from stochopt.search.checks import START, CheckerJob, CheckPool, Pending
+from stochopt.search.checks import LOWERING, START, CheckerJob, CheckPool, Pending
 from stochopt.search.driver import Job, RunResult, save_checkpoint
 from stochopt.search.event_log import BoundedEventLog
 from stochopt.search.executor import make_executor
@@ -155,7 +155,7 @@ class _RunState:
         self.pool: CheckPool | None = None
         self.executor = None   # where the chains run (stochopt/search/executor.py)
         best = read_json(rd / "best.json")
-        proved = best.get("verdict") is not None
+        proved = best.get("verdict") is not None or best.get("proof") == LOWERING
         self.proved_cycles: float = best["cycles"] if proved else math.inf
         self.proved_text = (rd / "best.leir").read_text()
         self.start_cycles = best["cycles"]
@@ -209,8 +209,9 @@ class _RunState:
     def take(self, message: tuple) -> None:
         kind = message[0]
         if kind == "events":
+            self.log.write_many(message[2])
             for event in message[2]:
-                self._log(event)
+                self.stats.add(event)
         elif kind == "candidate":
             _, chain, check_id, text, cycles, seed, event = message
             self._candidate(Pending(cycles, check_id, chain, text, seed, event, event["t"]))
@@ -373,7 +374,8 @@ class _RunState:
         record = None
         if found is not None and found["cycles"] < best["cycles"]:
             record = write_unproved(self.rd, found, best["cycles"])
-        if best.get("proof") is not None:
+        lowering = best.get("proof") == LOWERING
+        if best.get("proof") is not None and not lowering:
             self.stats.notes.append("the starting kernel's own full check did not finish "
                                     "within the budget: best.leir is unproved")
         run, stats = self.run, self.stats
@@ -382,7 +384,7 @@ class _RunState:
             str(self.rd), run["spec"], self.machine.name, base, best["cycles"],
             round(base / best["cycles"], 4), roof, round(roof / best["cycles"], 4),
             str(self.rd / "best.leir"), stats.proposals, stats.accepted,
-            best.get("verdict") is not None and bool(best["verdict"]["equivalent"]),
+            lowering or (best.get("verdict") is not None and bool(best["verdict"]["equivalent"])),
             round(stats.elapsed(), 2), run["budget_s"], why, stats.tokens,
             round(stats.cost_usd, 6), list(stats.errors), list(stats.notes),
             record["cycles"] if record else None, record["path"] if record else None, signum)

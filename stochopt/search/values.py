@@ -5,8 +5,10 @@ of independent ops, a relayout inserted or removed leave every value as it was, 
 edit deep in a kernel leaves everything upstream of it unchanged. Every cache here is
 keyed by a node's *value key* (leir/terms.py), which ignores what cannot change a value:
 
-- exact mode keys (``Term.exact_key``) ignore layouts, names and program order entirely;
-- native mode keys (``Term.native_key``) ignore them too, except the layout of the axis
+- exact mode keys (``Term.exact_key``) ignore layouts, names, program order and whether
+  a float is f32 or bf16 (exact mode never rounds) entirely;
+- native mode keys (``Term.native_key``) ignore layouts, names and program order too
+  (never dtypes: native mode rounds to them), except the layout of the axis
   that a reduce_sum or a matmul sums over, which sets the order (and so the rounding) of
   the sum on a machine that follows it.
 
@@ -31,6 +33,7 @@ from stochopt.verify.screening import ScreeningSet
 
 VALUE_BYTES = 256 * 1024 * 1024   # per-node values a chain keeps, all inputs together
 VERDICTS = 200_000                # screening verdicts a chain keeps
+RANGE_VERDICTS = 100_000          # range-analysis verdicts a chain keeps
 
 
 def _key(term: Term, exact: bool) -> Term:
@@ -141,8 +144,22 @@ class CachedScreening(ScreeningSet):
     def __init__(self, *args, value_bytes: int = VALUE_BYTES, **kwargs) -> None:
         self.node_values = NodeValues(value_bytes)
         self.verdicts: OrderedDict[tuple[Term, int], float] = OrderedDict()
+        self.range_verdicts: OrderedDict[tuple, bool] = OrderedDict()
         self.hits = self.misses = 0
         super().__init__(*args, **kwargs)
+
+    def range_refused(self, kernel: Kernel) -> bool:
+        """The range analysis' verdict, once per kernel structure. The analysis reads
+        node indices (which nodes are one view of which), so two kernels with the same
+        value key may be analysed apart; the key is the kernel itself without its names:
+        every node's term (op, attributes, types, layouts included) and its arguments."""
+        key = (kernel.terms, tuple(n.args for n in kernel.nodes), kernel.output)
+        refused = self.range_verdicts.get(key)
+        if refused is None:
+            refused = self.range_verdicts[key] = super().range_refused(kernel)
+            if len(self.range_verdicts) > RANGE_VERDICTS:
+                self.range_verdicts.popitem(last=False)
+        return refused
 
     def output(self, kernel: Kernel, i: int, exact: bool) -> np.ndarray:
         return self.node_values.output(kernel, i, self.inputs[i], exact)

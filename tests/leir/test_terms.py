@@ -77,7 +77,14 @@ def test_value_keys_change_with_values():
     bf16 = parse(SOFTMAX.format(load=ROWS_SPREAD, out="v8").replace(
         "    return", '    v7 = cast(v6, "bf16")\n    v8 = cast(v7, "f32")\n    return'),
         MNCORE2)
-    assert bf16.exact_key is not a.exact_key  # rounding to bf16 changes the value
+    # rounding to bf16 changes the native value; exact mode never rounds, so a float
+    # cast changes nothing there (emulate: f32 and bf16 are one float64 when exact)
+    assert bf16.native_key is not a.native_key
+    assert bf16.exact_key is a.exact_key
+    from stochopt.backend.emulate import emulate, random_inputs
+    inputs = random_inputs(a)
+    assert (emulate(bf16, inputs, MNCORE2, exact=True)
+            == emulate(a, inputs, MNCORE2, exact=True)).all()
 
 
 def test_only_the_native_key_sees_the_layout_of_a_summed_axis():
@@ -106,3 +113,55 @@ def test_value_graph_ids_are_the_same_in_another_process():
     out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
                          text=True, check=True).stdout.strip()
     assert out == value_graph_id(kernel().native_key)
+
+
+def test_an_edit_is_retyped_from_its_first_changed_node_as_from_scratch(monkeypatch):
+    """build(edited=...) keeps the unchanged prefix's types and terms; the kernel it
+    gives, and the refusals it raises, are those of a build from scratch."""
+    import random
+
+    import stochopt.search.edit as edit_module
+    from stochopt.errors import StochoptError
+    from stochopt.leir.ir import Node
+    from stochopt.lower import lower
+    from stochopt.search.mutate import MOVES
+    from stochopt.spec import load_spec
+
+    def outcome(make, *args):
+        try:
+            return make(*args)
+        except StochoptError as e:
+            return f"{type(e).__name__}: {e}"
+
+    edits: list = []
+
+    def capture(name, nodes, output, machine, spec_path=None, edited=None):
+        edits.append((list(nodes), output, edited))
+        return build(name, nodes, output, machine, spec_path, edited)
+
+    monkeypatch.setattr(edit_module, "build", capture)
+    compared = refused = 0
+    for spec in ("softmax", "attention_decode"):
+        current = lower(load_spec(f"specs/{spec}.py"), MNCORE2)
+        rng = random.Random(7)
+        for _ in range(150):
+            edits.clear()
+            got = outcome(MOVES[rng.choice(sorted(MOVES))], current, rng, MNCORE2)
+            if not edits:
+                continue  # the move did not apply
+            nodes, output, edited = edits[0]
+            assert edited is current
+            # the same nodes as fresh objects: nothing shared, everything typed anew
+            fresh = [Node(n.op, n.args, n.attrs, n.type, n.name, n.line) for n in nodes]
+            scratch = outcome(build, current.name, fresh, output, MNCORE2,
+                              current.spec_path)
+            if isinstance(scratch, str):
+                assert got == scratch
+                refused += 1
+                continue
+            assert got == scratch and got.terms == scratch.terms
+            assert [n.type for n in got.nodes] == [n.type for n in scratch.nodes]
+            compared += 1
+            if got.output_type.shape == current.output_type.shape:
+                current = got
+    assert compared > 50 and refused > 10
