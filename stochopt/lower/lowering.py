@@ -12,8 +12,9 @@ from math import prod
 
 from stochopt.backend.cost import peak_memory
 from stochopt.backend.machine import load_machine
+from stochopt.backend.op_costs import DRAM_EXTENT, load_cost, relayout_cost
 from stochopt.errors import ConstraintError, StochoptError
-from stochopt.leir.ir import Builder, Kernel
+from stochopt.leir.ir import Builder, Kernel, op_of
 from stochopt.leir.layout import Layout
 from stochopt.leir.rules import Const
 from stochopt.leir.types import TensorType, itemsize
@@ -164,8 +165,10 @@ class _Lowering:
             ready = [a for a in full if id(a) in self.done]
             if ready:
                 out = self.layout_of(self.done[id(ready[0])][0])
-            elif full and not self.is_dram(full[0]):
-                out = self.layout_of(self.get(full[0]))
+            elif computed := [a for a in full if not self.is_dram(a)]:
+                # a computed operand sets the layout and inputs are loaded in it: a load
+                # can take any layout, a computed value would need a relayout
+                out = self.layout_of(self.get(computed[0]))
             else:
                 out = self.default(t.shape)
         args = [self.arg(a, None if isinstance(a, float) else L.operand_layout(out, a.shape))
@@ -219,10 +222,6 @@ class _Lowering:
                     out_axes=None) -> tuple[Layout, Layout] | None:
         """The plan with the least matrix work (and relayouts) that fits in half a PE's
         memory: both operands in f32, the product, and an accumulator when K is split."""
-        current = {}
-        for role, n in (("a", a_node), ("b", b_node)):
-            made = self.done.get(id(n))
-            current[role] = self.layout_of(made[0]) if made else None
         best = None
         for la, lb in L.matmul_plans(a_shape, b_shape, self.fanout):
             if out_axes is not None and la.axes[:-1] + lb.axes[-1:] != out_axes:
@@ -234,13 +233,40 @@ class _Lowering:
             if memory > self.machine.pe_local_bytes // 2:
                 continue
             work = L.matmul_work(la, lb, self.machine)
-            moves = sum(prod(x.shape) * 4 / 512 for x, cur in ((la, current["a"]),
-                                                               (lb, current["b"]))
-                        if cur is not None and cur != x)
-            score = (work + moves, memory)
+            feeds = self.feed_cycles(a_node, la, a_shape) + self.feed_cycles(b_node, lb, b_shape)
+            score = (work + feeds, memory)
             if best is None or score < best[0]:
                 best = (score, la, lb)
         return None if best is None else best[1:]
+
+    def feed_cycles(self, t: TNode, layout: Layout, shape: tuple[int, ...]) -> int:
+        """Cycles to bring a matmul operand into a plan's layout, by the cost model: its
+        load (a DRAM input read in short runs or replicated over L2Bs is dear), the cast
+        to f32 after it, or the relayout of a value already made; 0 for a value still
+        to be computed (it is made in whatever layout its consumer asks for)."""
+        made = self.done.get(id(t))
+        if made:
+            if self.layout_of(made[0]) == layout:
+                return 0
+            src = self.b.nodes[made[0]].type
+            return relayout_cost(self.machine, [src], TensorType(src.dtype, shape, "pe", layout),
+                                 {}).cycles
+        if t.op == "transpose":
+            perm = t.attrs["perm"]
+            inv = [perm.index(i) for i in range(len(perm))]
+            inner = Layout(t.args[0].shape, tuple(layout.axes[p] for p in inv),
+                           layout.replicated)
+            return self.feed_cycles(t.args[0], inner, t.args[0].shape)
+        if not self.is_dram(t) or shape != t.shape:
+            return 0
+        whole = tuple(a == b for a, b in zip(t.shape, _dram_root_shape(t), strict=True))
+        dtype = t.dtype
+        loaded = TensorType(dtype, shape, "pe", layout)
+        cycles = load_cost(self.machine, [], loaded, {DRAM_EXTENT: whole}).cycles
+        if dtype not in ("f32", "bool"):
+            cycles += op_of("cast").cost(self.machine, [loaded],
+                                         TensorType("f32", shape, "pe", layout), {}).cycles
+        return cycles
 
     def split_k_matmul(self, a_node: TNode, b_node: TNode) -> int:
         """A matmul too big for PE memory in one piece: sum the products of slices of the
@@ -305,6 +331,13 @@ class _Lowering:
                 node = TNode("slice", (t,), {"bounds": tuple(bounds)}, shape, t.dtype)
             self.parts[key] = node  # kept alive: the lowering keys its maps by id()
         return self.parts[key]
+
+
+def _dram_root_shape(t: TNode) -> tuple[int, ...]:
+    """Shape of the DRAM input a traced dram value (an input or slices of one) reads."""
+    while t.op == "slice":
+        t = t.args[0]
+    return t.shape
 
 
 def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
