@@ -80,9 +80,10 @@ class _Lowering:
         for idx in made:
             if want is None or self.layout_of(idx) == want:
                 return idx
-        if made:
+        if made and not (self.is_dram(t) and self.load_cycles(t, want)
+                         < self.relayout_cycles(made[0], want)):
             idx = self.add("relayout", [made[0]], {"layout": want})
-        else:
+        else:  # made here, or a DRAM input that is cheaper to load again
             idx = self.emit(t, want)
             if want is not None and self.layout_of(idx) != want:
                 self.done.setdefault(id(t), []).append(idx)
@@ -240,32 +241,37 @@ class _Lowering:
         return None if best is None else best[1:]
 
     def feed_cycles(self, t: TNode, layout: Layout, shape: tuple[int, ...]) -> int:
-        """Cycles to bring a matmul operand into a plan's layout, by the cost model: its
-        load (a DRAM input read in short runs or replicated over L2Bs is dear), the cast
-        to f32 after it, or the relayout of a value already made; 0 for a value still
-        to be computed (it is made in whatever layout its consumer asks for)."""
-        made = self.done.get(id(t))
-        if made:
-            if self.layout_of(made[0]) == layout:
-                return 0
-            src = self.b.nodes[made[0]].type
-            return relayout_cost(self.machine, [src], TensorType(src.dtype, shape, "pe", layout),
-                                 {}).cycles
-        if t.op == "transpose":
+        """Cycles to bring a matmul operand into a plan's layout, by the cost model: the
+        cheaper of a relayout of a value already made and a (fresh) load of a DRAM input
+        with its cast to f32 (a load read in short runs or replicated over L2Bs is dear);
+        0 for a value still to be computed (it is made in whatever layout is asked)."""
+        made = self.done.get(id(t), [])
+        if any(self.layout_of(idx) == layout for idx in made):
+            return 0
+        options = [self.relayout_cycles(made[0], layout)] if made else []
+        if self.is_dram(t) and shape == t.shape:
+            options.append(self.load_cycles(t, layout))
+        elif t.op == "transpose" and not made:
             perm = t.attrs["perm"]
             inv = [perm.index(i) for i in range(len(perm))]
             inner = Layout(t.args[0].shape, tuple(layout.axes[p] for p in inv),
                            layout.replicated)
-            return self.feed_cycles(t.args[0], inner, t.args[0].shape)
-        if not self.is_dram(t) or shape != t.shape:
-            return 0
+            options.append(self.feed_cycles(t.args[0], inner, t.args[0].shape))
+        return min(options, default=0)
+
+    def relayout_cycles(self, idx: int, layout: Layout) -> int:
+        src = self.b.nodes[idx].type
+        dst = TensorType(src.dtype, src.shape, "pe", layout)
+        return relayout_cost(self.machine, [src], dst, {}).cycles
+
+    def load_cycles(self, t: TNode, layout: Layout) -> int:
+        """A load of a DRAM value in this layout, and its cast to f32 if it needs one."""
         whole = tuple(a == b for a, b in zip(t.shape, _dram_root_shape(t), strict=True))
-        dtype = t.dtype
-        loaded = TensorType(dtype, shape, "pe", layout)
+        loaded = TensorType(t.dtype, t.shape, "pe", layout)
         cycles = load_cost(self.machine, [], loaded, {DRAM_EXTENT: whole}).cycles
-        if dtype not in ("f32", "bool"):
+        if t.dtype not in ("f32", "bool"):
             cycles += op_of("cast").cost(self.machine, [loaded],
-                                         TensorType("f32", shape, "pe", layout), {}).cycles
+                                         TensorType("f32", t.shape, "pe", layout), {}).cycles
         return cycles
 
     def split_k_matmul(self, a_node: TNode, b_node: TNode) -> int:
