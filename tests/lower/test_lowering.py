@@ -9,10 +9,13 @@ from math import prod
 import pytest
 
 from stochopt.backend.machine import load_machine
+from stochopt.backend.op_costs import contiguous_run
 from stochopt.leir import Builder, TensorType
+from stochopt.leir.types import itemsize
 from stochopt.lower import lower
 from stochopt.lower.layouts import reshape_layout, reshape_pieces
 from stochopt.lower.lowering import LoweringError
+from stochopt.spec import load_spec
 
 MNCORE2 = load_machine("mncore2")
 
@@ -125,3 +128,24 @@ def test_integer_index_is_a_slice_then_a_reshape(load, checked):
     kernel = checked(spec).kernel
     assert kernel.output_type.shape == (8,)
     assert _ops(kernel)["slice"] == 1 and _ops(kernel)["reshape"] == 1
+
+
+@pytest.mark.parametrize("name", ["matmul", "attention_decode", "mla_decode"])
+def test_matmul_operands_are_loaded_in_runs_of_at_least_a_burst(name):
+    """The matmul plan is scored with its operands' loads: a plan that deals a DRAM row to
+    many PEs (runs shorter than a burst, a request per few bytes) loses to one that
+    reads whole bursts (docs/machine.md, section 2)."""
+    kernel = lower(load_spec(f"specs/{name}.py"), MNCORE2)
+    for n in kernel.nodes:
+        if n.op == "load":
+            run = contiguous_run(n.type.layout, None) * itemsize(n.type.dtype)
+            assert run >= min(MNCORE2.dram_burst_bytes, n.type.nbytes), (n.name, run)
+
+
+def test_an_input_is_loaded_again_rather_than_moved_across_the_tree():
+    """mla_decode reads c_kv for two matmuls in two layouts: a second load of the bf16
+    input is far cheaper than a relayout of its f32 copy across the L2Bs."""
+    kernel = lower(load_spec("specs/mla_decode.py"), MNCORE2)
+    loads = [n for n in kernel.nodes if n.op == "load"]
+    assert sum(1 for n in loads if n.type.shape == (4096, 512)) == 2
+    assert all(n.type.shape != (4096, 512) for n in kernel.nodes if n.op == "relayout")
