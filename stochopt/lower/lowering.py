@@ -213,6 +213,9 @@ class _Lowering:
 
     def matmul(self, t: TNode) -> int:
         a_node, b_node = t.args
+        for operand in (a_node, b_node):  # a computed operand comes in its own layout,
+            if not self.loads_directly(operand):  # so the plan counts moving it
+                self.get(operand)
         plan = self.matmul_plan(a_node, b_node, a_node.shape, b_node.shape)
         if plan is not None:
             la, lb = plan
@@ -258,6 +261,12 @@ class _Lowering:
                            layout.replicated)
             options.append(self.feed_cycles(t.args[0], inner, t.args[0].shape))
         return min(options, default=0)
+
+    def loads_directly(self, t: TNode) -> bool:
+        """A DRAM input, or a transpose of one: loaded in whatever layout a plan wants."""
+        while t.op == "transpose":
+            t = t.args[0]
+        return self.is_dram(t)
 
     def relayout_cycles(self, idx: int, layout: Layout) -> int:
         src = self.b.nodes[idx].type

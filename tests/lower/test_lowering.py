@@ -8,6 +8,7 @@ from math import prod
 
 import pytest
 
+from stochopt.backend.cost import cost
 from stochopt.backend.machine import load_machine
 from stochopt.backend.op_costs import contiguous_run
 from stochopt.leir import Builder, TensorType
@@ -142,10 +143,14 @@ def test_matmul_operands_are_loaded_in_runs_of_at_least_a_burst(name):
             assert run >= min(MNCORE2.dram_burst_bytes, n.type.nbytes), (n.name, run)
 
 
-def test_an_input_is_loaded_again_rather_than_moved_across_the_tree():
-    """mla_decode reads c_kv for two matmuls in two layouts: a second load of the bf16
-    input is far cheaper than a relayout of its f32 copy across the L2Bs."""
+def test_an_operand_is_moved_on_chip_only_when_that_is_cheaper_than_reading_it_again():
+    """mla_decode reads c_kv for two matmuls in two layouts: each move of it costs less
+    than a fresh load (the lowering loads it again when a relayout of its f32 copy across
+    the L2Bs would cost more, as it once did: 12,384 cycles against 6,176)."""
     kernel = lower(load_spec("specs/mla_decode.py"), MNCORE2)
-    loads = [n for n in kernel.nodes if n.op == "load"]
-    assert sum(1 for n in loads if n.type.shape == (4096, 512)) == 2
-    assert all(n.type.shape != (4096, 512) for n in kernel.nodes if n.op == "relayout")
+    profile = cost(kernel, MNCORE2)
+    loads = [op.cycles for n, op in zip(kernel.nodes, profile.ops, strict=True)
+             if n.op == "load" and n.type.shape == (4096, 512)]
+    moves = [op.cycles for n, op in zip(kernel.nodes, profile.ops, strict=True)
+             if n.op == "relayout" and n.type.shape == (4096, 512)]
+    assert 1 <= len(loads) <= 2 and all(m < min(loads) for m in moves)
