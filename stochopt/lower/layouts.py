@@ -2,7 +2,8 @@
 
 The lowering is not an optimizer; it picks simple layouts (spread a leading axis over the
 tree) and, for matmul, the assignment of tree levels to the M, N and K axes that fits in
-memory and does the least matrix work. The search does the rest.
+memory and costs least: its matrix work plus bringing the operands into it (loads in
+the cost model's DRAM runs, casts, relayouts; lowering.py). The search does the rest.
 """
 
 from __future__ import annotations

@@ -12,8 +12,9 @@ from math import prod
 
 from stochopt.backend.cost import peak_memory
 from stochopt.backend.machine import load_machine
+from stochopt.backend.op_costs import DRAM_EXTENT, load_cost, relayout_cost
 from stochopt.errors import ConstraintError, StochoptError
-from stochopt.leir.ir import Builder, Kernel
+from stochopt.leir.ir import Builder, Kernel, op_of
 from stochopt.leir.layout import Layout
 from stochopt.leir.rules import Const
 from stochopt.leir.types import TensorType, itemsize
@@ -79,9 +80,10 @@ class _Lowering:
         for idx in made:
             if want is None or self.layout_of(idx) == want:
                 return idx
-        if made:
+        if made and not (self.is_dram(t) and self.load_cycles(t, want)
+                         < self.relayout_cycles(made[0], want)):
             idx = self.add("relayout", [made[0]], {"layout": want})
-        else:
+        else:  # made here, or a DRAM input that is cheaper to load again
             idx = self.emit(t, want)
             if want is not None and self.layout_of(idx) != want:
                 self.done.setdefault(id(t), []).append(idx)
@@ -164,8 +166,10 @@ class _Lowering:
             ready = [a for a in full if id(a) in self.done]
             if ready:
                 out = self.layout_of(self.done[id(ready[0])][0])
-            elif full and not self.is_dram(full[0]):
-                out = self.layout_of(self.get(full[0]))
+            elif computed := [a for a in full if not self.is_dram(a)]:
+                # a computed operand sets the layout and inputs are loaded in it: a load
+                # can take any layout, a computed value would need a relayout
+                out = self.layout_of(self.get(computed[0]))
             else:
                 out = self.default(t.shape)
         args = [self.arg(a, None if isinstance(a, float) else L.operand_layout(out, a.shape))
@@ -209,6 +213,9 @@ class _Lowering:
 
     def matmul(self, t: TNode) -> int:
         a_node, b_node = t.args
+        for operand in (a_node, b_node):  # a computed operand comes in its own layout,
+            if not self.loads_directly(operand):  # so the plan counts moving it
+                self.get(operand)
         plan = self.matmul_plan(a_node, b_node, a_node.shape, b_node.shape)
         if plan is not None:
             la, lb = plan
@@ -219,10 +226,6 @@ class _Lowering:
                     out_axes=None) -> tuple[Layout, Layout] | None:
         """The plan with the least matrix work (and relayouts) that fits in half a PE's
         memory: both operands in f32, the product, and an accumulator when K is split."""
-        current = {}
-        for role, n in (("a", a_node), ("b", b_node)):
-            made = self.done.get(id(n))
-            current[role] = self.layout_of(made[0]) if made else None
         best = None
         for la, lb in L.matmul_plans(a_shape, b_shape, self.fanout):
             if out_axes is not None and la.axes[:-1] + lb.axes[-1:] != out_axes:
@@ -234,13 +237,51 @@ class _Lowering:
             if memory > self.machine.pe_local_bytes // 2:
                 continue
             work = L.matmul_work(la, lb, self.machine)
-            moves = sum(prod(x.shape) * 4 / 512 for x, cur in ((la, current["a"]),
-                                                               (lb, current["b"]))
-                        if cur is not None and cur != x)
-            score = (work + moves, memory)
+            feeds = self.feed_cycles(a_node, la, a_shape) + self.feed_cycles(b_node, lb, b_shape)
+            score = (work + feeds, memory)
             if best is None or score < best[0]:
                 best = (score, la, lb)
         return None if best is None else best[1:]
+
+    def feed_cycles(self, t: TNode, layout: Layout, shape: tuple[int, ...]) -> int:
+        """Cycles to bring a matmul operand into a plan's layout, by the cost model: the
+        cheaper of a relayout of a value already made and a (fresh) load of a DRAM input
+        with its cast to f32 (a load read in short runs or replicated over L2Bs is dear);
+        0 for a value still to be computed (it is made in whatever layout is asked)."""
+        made = self.done.get(id(t), [])
+        if any(self.layout_of(idx) == layout for idx in made):
+            return 0
+        options = [self.relayout_cycles(made[0], layout)] if made else []
+        if self.is_dram(t) and shape == t.shape:
+            options.append(self.load_cycles(t, layout))
+        elif t.op == "transpose" and not made:
+            perm = t.attrs["perm"]
+            inv = [perm.index(i) for i in range(len(perm))]
+            inner = Layout(t.args[0].shape, tuple(layout.axes[p] for p in inv),
+                           layout.replicated)
+            options.append(self.feed_cycles(t.args[0], inner, t.args[0].shape))
+        return min(options, default=0)
+
+    def loads_directly(self, t: TNode) -> bool:
+        """A DRAM input, or a transpose of one: loaded in whatever layout a plan wants."""
+        while t.op == "transpose":
+            t = t.args[0]
+        return self.is_dram(t)
+
+    def relayout_cycles(self, idx: int, layout: Layout) -> int:
+        src = self.b.nodes[idx].type
+        dst = TensorType(src.dtype, src.shape, "pe", layout)
+        return relayout_cost(self.machine, [src], dst, {}).cycles
+
+    def load_cycles(self, t: TNode, layout: Layout) -> int:
+        """A load of a DRAM value in this layout, and its cast to f32 if it needs one."""
+        whole = tuple(a == b for a, b in zip(t.shape, _dram_root_shape(t), strict=True))
+        loaded = TensorType(t.dtype, t.shape, "pe", layout)
+        cycles = load_cost(self.machine, [], loaded, {DRAM_EXTENT: whole}).cycles
+        if t.dtype not in ("f32", "bool"):
+            cycles += op_of("cast").cost(self.machine, [loaded],
+                                         TensorType("f32", t.shape, "pe", layout), {}).cycles
+        return cycles
 
     def split_k_matmul(self, a_node: TNode, b_node: TNode) -> int:
         """A matmul too big for PE memory in one piece: sum the products of slices of the
@@ -305,6 +346,13 @@ class _Lowering:
                 node = TNode("slice", (t,), {"bounds": tuple(bounds)}, shape, t.dtype)
             self.parts[key] = node  # kept alive: the lowering keys its maps by id()
         return self.parts[key]
+
+
+def _dram_root_shape(t: TNode) -> tuple[int, ...]:
+    """Shape of the DRAM input a traced dram value (an input or slices of one) reads."""
+    while t.op == "slice":
+        t = t.args[0]
+    return t.shape
 
 
 def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -123,3 +123,42 @@ def _layout_of(nodes, k: Kernel, j: int) -> Layout | None:
     """A node's layout after the edit: its new attribute if it is a layout op."""
     n = nodes[j]
     return n.attr("layout") if n.op in LAYOUT_OPS else k.nodes[j].type.layout
+
+
+# -- gathering a spread factor back into local memory ---------------------------------
+
+def where_gather_spread_factor(k: Kernel) -> list[tuple[int, int, int]]:
+    """(layout op, axis, factor index) of every spread factor a load, relayout or full
+    lays out."""
+    return [(i, axis, j) for i, n in enumerate(k.nodes) if n.op in LAYOUT_OPS
+            for axis, factors in enumerate(n.attr("layout").axes)
+            for j, f in enumerate(factors) if f.level is not None]
+
+
+def gather_spread_factor(k: Kernel, site: tuple[int, int, int], machine,
+                         rng=None) -> Kernel:
+    """Make part of a spread factor local, d_L -> (d/g)_L, g, in every layout op that
+    lays out an axis of the same size with the same factors (the axis as the values
+    joined by elementwise ops, matmuls and transposes see it), so the change stays
+    consistent through the kernel. The inverse of spread_over_more_of_the_tree: fewer
+    units work, but a run that ends in the new local factor is g times longer in DRAM,
+    and a tree that no longer crosses the level is cheaper. Values never change."""
+    i, axis, j = site
+    lay: Layout = k.nodes[i].attr("layout")
+    ref, size = lay.axes[axis], lay.shape[axis]
+    d = ref[j].size
+    divisors = [g for g in range(2, d + 1) if d % g == 0]
+    g = rng.choice(divisors) if rng is not None else d
+    new_axis = ref[:j] + (Factor(d // g, ref[j].level), Factor(g)) + ref[j + 1:]
+    nodes = list(k.nodes)
+    for t, n in enumerate(nodes):
+        if n.op not in LAYOUT_OPS:
+            continue
+        old: Layout = n.attr("layout")
+        axes = [new_axis if s == size and a == ref else a
+                for s, a in zip(old.shape, old.axes, strict=True)]
+        if axes != list(old.axes):
+            new = make_layout(old.shape, axes, old.replicated)
+            nodes[t] = replace(n, attrs=tuple((key, new if key == "layout" else value)
+                                              for key, value in n.attrs))
+    return rebuild(k, nodes, k.output, machine)

@@ -28,7 +28,12 @@ from stochopt.search.edit import (
     shifted,
     substitute,
 )
-from stochopt.search.layout_propagation import propagate_layout, where_propagate_layout
+from stochopt.search.layout_propagation import (
+    gather_spread_factor,
+    propagate_layout,
+    where_gather_spread_factor,
+    where_propagate_layout,
+)
 from stochopt.search.reduce_tiling import tile_reduction, where_tile_reduction
 from stochopt.search.schedule import schedule
 from stochopt.search.tiling import tile_output, where_tile_output
@@ -438,6 +443,9 @@ RULES: list[Rule] = [
     Rule("spread_over_more_of_the_tree", "split a local factor n of an axis into d_LEVEL x n/d "
       "in every layout that lays the axis out alike (replicate where it is broadcast)",
          _where_spread_over_more_of_the_tree, spread_over_more_of_the_tree, uses_rng=True),
+    Rule("gather_spread_factor", "split a spread factor d_LEVEL of an axis into (d/g)_LEVEL x g "
+      "local in every layout that lays the axis out alike: longer DRAM runs, shorter trees",
+         where_gather_spread_factor, gather_spread_factor, uses_rng=True),
     Rule("tile_output", "store(f(x)) -> concat([store(f(x[tile t])) for t in tiles]): cut the "
       "output along an axis into 2, 4 or 8 blocks, each loaded, computed and stored on its "
       "own, the next block's loads issued ahead; shared values computed once",

@@ -8,11 +8,15 @@ from math import prod
 
 import pytest
 
+from stochopt.backend.cost import cost
 from stochopt.backend.machine import load_machine
+from stochopt.backend.op_costs import contiguous_run
 from stochopt.leir import Builder, TensorType
+from stochopt.leir.types import itemsize
 from stochopt.lower import lower
 from stochopt.lower.layouts import reshape_layout, reshape_pieces
 from stochopt.lower.lowering import LoweringError
+from stochopt.spec import load_spec
 
 MNCORE2 = load_machine("mncore2")
 
@@ -125,3 +129,28 @@ def test_integer_index_is_a_slice_then_a_reshape(load, checked):
     kernel = checked(spec).kernel
     assert kernel.output_type.shape == (8,)
     assert _ops(kernel)["slice"] == 1 and _ops(kernel)["reshape"] == 1
+
+
+@pytest.mark.parametrize("name", ["matmul", "attention_decode", "mla_decode"])
+def test_matmul_operands_are_loaded_in_runs_of_at_least_a_burst(name):
+    """The matmul plan is scored with its operands' loads: a plan that deals a DRAM row to
+    many PEs (runs shorter than a burst, a request per few bytes) loses to one that
+    reads whole bursts (docs/machine.md, section 2)."""
+    kernel = lower(load_spec(f"specs/{name}.py"), MNCORE2)
+    for n in kernel.nodes:
+        if n.op == "load":
+            run = contiguous_run(n.type.layout, None) * itemsize(n.type.dtype)
+            assert run >= min(MNCORE2.dram_burst_bytes, n.type.nbytes), (n.name, run)
+
+
+def test_an_operand_is_moved_on_chip_only_when_that_is_cheaper_than_reading_it_again():
+    """mla_decode reads c_kv for two matmuls in two layouts: each move of it costs less
+    than a fresh load (the lowering loads it again when a relayout of its f32 copy across
+    the L2Bs would cost more, as it once did: 12,384 cycles against 6,176)."""
+    kernel = lower(load_spec("specs/mla_decode.py"), MNCORE2)
+    profile = cost(kernel, MNCORE2)
+    loads = [op.cycles for n, op in zip(kernel.nodes, profile.ops, strict=True)
+             if n.op == "load" and n.type.shape == (4096, 512)]
+    moves = [op.cycles for n, op in zip(kernel.nodes, profile.ops, strict=True)
+             if n.op == "relayout" and n.type.shape == (4096, 512)]
+    assert 1 <= len(loads) <= 2 and all(m < min(loads) for m in moves)

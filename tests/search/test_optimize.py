@@ -112,7 +112,7 @@ def test_kill_9_leaves_a_verified_best_and_resume_finishes(tmp_path):
     run_dir = tmp_path / "run"
     # a proposal cap long enough that the kill lands before the end on a loaded machine,
     # short enough that the resumed run finishes soon
-    proc = _start([SOFTMAX, "--budget", "10m", "--max-proposals", "3000", "--chains", "1",
+    proc = _start([SOFTMAX, "--budget", "10m", "--max-proposals", "20000", "--chains", "1",
                    "--run-dir", str(run_dir)], tmp_path)
     assert _wait_for(lambda: _searched_best(run_dir), 240), proc.stderr.read() \
         if proc.poll() is not None else "no improvement found before the kill"
