@@ -259,7 +259,10 @@ class _Analysis:
                 bounds = tuple((b0 + lo, b0 + hi) for (b0, _), (lo, hi)
                                in zip(bounds, node.attr("bounds"), strict=True))
             self.views[i] = (base, bounds)
-        if op in ("relayout", "broadcast_to", "store", "load") or (op == "cast" and widening):
+        # facts name axes by number: a broadcast that adds axes renumbers them
+        same_rank = len(node.type.shape) == len(self.kernel.nodes[src].type.shape)
+        if (op in ("relayout", "store", "load") or (op == "broadcast_to" and same_rank)
+                or (op == "cast" and widening)):
             for facts in (self.bounds, self.peaks, self.peak_sums):
                 if src in facts:
                     facts[i] = facts[src]

@@ -119,3 +119,19 @@ def test_tiles_that_miss_a_part_lose_the_relation(shift_parts, total, share, kin
     spec, baseline = spec_and_baseline("tests/verify/corpus/specs/logsumexp_wide.py")
     hazard = range_refusal(parse(_tiled_logsumexp(shift_parts, total, share)), baseline, spec)
     assert hazard is not None and hazard.kind == kind, hazard
+
+
+def test_a_broadcast_that_adds_an_axis_drops_the_peak(spec_and_baseline):
+    # the peak is one per row along axis 1; broadcast to (2, 64, 512), axis 1 is the
+    # rows, whose sum per column holds no peak: exp(...) / that sum may divide by 0
+    spec, baseline = spec_and_baseline("tests/verify/corpus/specs/logsumexp_wide.py")
+    kernel = parse("# spec: tests/verify/corpus/specs/logsumexp_wide.py\n"
+                   'def kernel(x: "f32[64,512] @ dram") -> "f32[64,1] @ dram":\n'
+                   '    xs = load(x, "(64,512)/((8_L2B,8_L1B),(512))")\n'
+                   "    e = exp(xs - reduce_max(xs, axis=1, keepdims=True))\n"
+                   "    wide = broadcast_to(e, shape=(2, 64, 512))\n"
+                   "    s = reduce_sum(wide, axis=1, keepdims=True)\n"
+                   "    r = reduce_max(reduce_max(wide / s, axis=0), axis=1, keepdims=True)\n"
+                   "    return store(r)\n")
+    hazard = range_refusal(kernel, baseline, spec)
+    assert hazard is not None and hazard.kind == ZERO_DIVISION, hazard
