@@ -3,6 +3,7 @@
     python tests/verify/measure_corpus.py [--examples 200] [--seeds 0 1 2] [--timing-runs 3]
                                           [--timing-only] [--compare-with CHECKOUT]
                                           [--corpus both|wrong|equivalent]
+                                          [--kernels NAME ...]
 
 Prints the kill rate (wrong kernels refused / total, per seed) with the defence that
 refused each (the static range analysis, or the check that failed and which inputs
@@ -53,6 +54,8 @@ def main() -> None:
     parser.add_argument("--timing-only", action="store_true", help="skip the corpora")
     parser.add_argument("--corpus", choices=("both", "wrong", "equivalent"), default="both",
                         help="which corpus to measure (each takes minutes per seed)")
+    parser.add_argument("--kernels", nargs="+", default=None, metavar="NAME",
+                        help="only these kernels (file names without .leir), in this order")
     parser.add_argument("--compare-with", type=Path, default=None,
                         help="an older checkout to time side by side")
     args = parser.parse_args()
@@ -64,6 +67,13 @@ def main() -> None:
         _corpora(args, cache)
     if args.timing_runs > 0:
         _timing(args)
+
+
+def _selected(args, paths: list[Path]) -> list[Path]:
+    if args.kernels is None:
+        return paths
+    by_name = {p.stem: p for p in paths}
+    return [by_name[name] for name in args.kernels if name in by_name]
 
 
 def _defence(v) -> str:
@@ -84,7 +94,7 @@ def _corpora(args, cache: dict) -> None:
 
 
 def _wrong(args, cache: dict) -> None:
-    wrong = sorted((CORPUS / "wrong").glob("*.leir"))
+    wrong = _selected(args, sorted((CORPUS / "wrong").glob("*.leir")))
     accepted: dict[int, list[str]] = {seed: [] for seed in args.seeds}
     by_defence: dict[str, int] = {}
     for path in wrong:
@@ -110,7 +120,7 @@ def _wrong(args, cache: dict) -> None:
 
 
 def _equivalent(args, cache: dict) -> None:
-    equivalent = sorted((CORPUS / "equivalent").glob("*.leir"))
+    equivalent = _selected(args, sorted((CORPUS / "equivalent").glob("*.leir")))
     for seed in args.seeds:
         rejected = []
         for path in equivalent:
