@@ -5,11 +5,12 @@ reference, within SEMANTIC_TOL of the output's scale (never less than its scale 
 plain uniform input): wrong math cannot hide in a loose precision tolerance.
 
 precision: the kernel in its own dtypes against the reference, within the spec's
-rtol/atol when it gives them; otherwise within the output dtype's default AND no worse
-than twice the baseline kernel's error on the same input (above a floor of a few units
-in the last place of the output's scale), so accuracy is never traded away silently.
-Where the baseline itself misses the default on an input (an ill-conditioned input),
-twice the baseline's error is the limit.
+rtol/atol when it gives them; otherwise no worse than twice the baseline kernel's error
+in the same row on the same input, above a floor of a few units in the last place of
+the local scale (the floor capped at the output dtype's default tolerance), so accuracy
+is never traded away silently. Where the baseline uses more than half the default
+tolerance on an input (a poorly conditioned input), twice its error passes the
+tolerance.
 
 Non-finite values (nan, +inf, -inf) must appear exactly where the reference has them.
 """
@@ -176,19 +177,24 @@ def precision_allowance(ref: np.ndarray, dtype: str, rtol: float | None, atol: f
     allowed = np.ones_like(tol)
     base_worst = None
     if rtol is None and atol is None and baseline is not None:
-        # twice the baseline's error in the same row (the last axis), capped at the
-        # tolerance -- unless the baseline is itself past the tolerance in that row on
-        # this input (an ill-conditioned input, such as gelu's 1 + tanh(z) near -1 or
-        # layernorm's x - mean on a constant row): then no worse than twice the
-        # baseline, or the baseline could not pass itself. A baseline that is not
+        # twice the baseline's error in the same row (the last axis), never below the
+        # rounding floor, the floor capped at the tolerance unless the baseline misses
+        # the tolerance in that row on this input. Twice the baseline may pass
+        # the tolerance: where the baseline uses more than half of it on this input (a
+        # poorly conditioned input, such as gelu's 1 + tanh(z) near -1 or layernorm's
+        # x - mean on a constant row), a kernel as accurate as the baseline on average
+        # misses the tolerance as often as the baseline does, by luck of rounding; a
+        # cap there refused gelu's factored polynomial, whose errors over every f32 in
+        # [-6, 6] are the baseline's (docs/verification.md). A baseline that is not
         # finite where the reference is sets no limit: the tolerance does. Per row, so
         # a row where the baseline is poor opens no other row's limit.
         base_worst = np.maximum(row_worst(precision_ratio(baseline, ref, tol)),
                                 baseline_error)
-        ill = (1.0 < base_worst) & (base_worst < np.inf)
         twice = np.where(base_worst < np.inf, 2.0 * base_worst, 1.0)
-        allowed = np.maximum(twice, floor_ratio(ref, dtype, tol, magnitude))
-        allowed = np.where(ill, allowed, np.minimum(1.0, allowed))
+        floor = floor_ratio(ref, dtype, tol, magnitude)
+        ill = (1.0 < base_worst) & (base_worst < np.inf)  # the baseline misses it here
+        allowed = np.where(ill, np.maximum(twice, floor),
+                           np.maximum(twice, np.minimum(1.0, floor)))
     return tol, allowed, base_worst
 
 
@@ -197,9 +203,9 @@ def _why(base_worst, idx: tuple) -> str:
         return "the tolerance"
     rows = np.asarray(base_worst, np.float64)
     row = float(rows[idx[:-1] + (0,)]) if rows.ndim else float(rows)
-    if 1.0 < row < np.inf:
+    if 0.5 < row < np.inf:
         return (f"twice the baseline's error in this row ({row:.3g} of tolerance), which "
-                "is past the tolerance on this input")
+                "is past half the tolerance on this input")
     return (f"the tolerance or twice the baseline's error in this row ({row:.3g} of "
             "tolerance), whichever is smaller")
 

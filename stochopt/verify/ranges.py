@@ -8,13 +8,18 @@ negative, inf - inf, 0 * inf). A candidate is refused when it has a hazard of a 
 its baseline does not have: the analysis never needs an input, so a stale max shift or
 a missing one is caught on every input at once, before any emulation.
 
-Plain intervals forget that x - max(x) is never positive, so the analysis keeps three
+Plain intervals forget that x - max(x) is never positive, so the analysis keeps the
 relations that softmax-like kernels rely on (docs/verification.md):
 
-- a row bound: reduce_max(v, axis, keepdims) bounds every element of v along the axis
-  (maximum() of bounds of parts of one row covers their union);
-- a row peak: x - (a bound of x over exactly x's columns) is <= 0 and 0 once per row;
-  exp keeps the peak (at 1), so the row's sum is at least 1;
+- a row bound: reduce_max(v, axis, keepdims) is the maximum of every element of v along
+  the axis; maximum() of such bounds is the maximum of the union of their parts, whether
+  the parts are slices of one value or separate values (the tiles of a flash-decoding
+  kernel, each a matmul's result);
+- a row peak: x - (a bound whose parts include x's columns) is <= 0, and across the
+  parts of the bound it is 0 once per row; exp and positive scales keep it (at 1), so
+  the sums over parts that together cover the bound's parts add up to at least 1;
+- a share: x / (a sum of non-negative values whose parts include x's columns) lies in
+  [0, 1] where the sum is positive;
 - a square: x * x is never negative.
 """
 
@@ -79,15 +84,66 @@ def _number(v: float):
 # the analysis
 # ---------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class _Bound:
-    """This value bounds (kind "max": from above) every element of `base` along `axis`
-    within `covered` columns, for the rows `others` (the bounds of the other axes)."""
-    kind: str
+@dataclass(frozen=True, order=True)
+class _Part:
+    """Columns `covered` along `axis` of value `base`, in the rows `others` (the bounds of
+    the other axes, in base's coordinates)."""
     base: int
     axis: int
     others: tuple
     covered: tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class _Bound:
+    """This value is, row by row, the maximum (kind "max"), the minimum ("min") or a sum
+    of the non-negative elements ("sum") of its parts. Max and min bounds are made only by
+    reductions and by maximum()/minimum() of bounds, so each is attained in its parts:
+    two bounds with the same parts hold the same values."""
+    kind: str
+    parts: tuple[_Part, ...]   # as _union leaves them: sorted, columns merged
+
+    def part_of(self, base: int, bounds: tuple, axis: int) -> _Part | None:
+        """The part holding the view (base, bounds) along axis, if any: same value, same
+        rows, its columns inside the part's."""
+        others = bounds[:axis] + bounds[axis + 1:]
+        for part in self.parts:
+            if (part.base, part.axis, part.others) == (base, axis, others) and _inside(
+                    bounds[axis], part.covered):
+                return part
+        return None
+
+
+@dataclass(frozen=True)
+class _Peak:
+    """A value computed from x - bound by monotone steps (exp, a positive scale), or a sum
+    of such values along the axis: `pieces` are the parts of the bound it came from, each
+    with the value it takes where x equals the bound. Since the bound is attained in its
+    parts, sums whose pieces together cover all of them hold, in every row, one of those
+    values."""
+    axis: int
+    bound: _Bound
+    pieces: tuple[tuple[_Part, float], ...]
+
+    def least(self) -> float | None:
+        """The smallest peak value, when the pieces cover the bound's parts: the row's
+        sum is at least that much."""
+        covered = _union(tuple(part for part, _ in self.pieces))
+        if covered != self.bound.parts:
+            return None
+        return min(value for _, value in self.pieces)
+
+    def scaled(self, f) -> _Peak:
+        return _Peak(self.axis, self.bound, tuple((p, f(v)) for p, v in self.pieces))
+
+
+def _union(parts: tuple[_Part, ...]) -> tuple[_Part, ...]:
+    """Parts of one value, rows and axis joined into one part with their columns merged."""
+    grouped: dict[tuple, tuple] = {}
+    for part in parts:
+        key = (part.base, part.axis, part.others)
+        grouped[key] = grouped.get(key, ()) + part.covered
+    return tuple(sorted(_Part(*key, _merge(covered)) for key, covered in grouped.items()))
 
 
 class _Analysis:
@@ -97,7 +153,8 @@ class _Analysis:
         self.intervals: list[Interval] = []
         self.views: dict[int, tuple[int, tuple]] = {}   # node -> (base node, bounds)
         self.bounds: dict[int, _Bound] = {}
-        self.peaks: dict[int, tuple[int, float]] = {}   # node -> (axis, peak value)
+        self.peaks: dict[int, _Peak] = {}        # elementwise values x - bound, exp of them
+        self.peak_sums: dict[int, _Peak] = {}    # their sums along the axis
         self.hazards: list[Hazard] = []
         # the hazard whose inf or nan may reach this value, and whether nan may
         self.poison: list[Hazard | None] = []
@@ -202,11 +259,13 @@ class _Analysis:
                 bounds = tuple((b0 + lo, b0 + hi) for (b0, _), (lo, hi)
                                in zip(bounds, node.attr("bounds"), strict=True))
             self.views[i] = (base, bounds)
-        if op in ("relayout", "broadcast_to", "store", "load") or (op == "cast" and widening):
-            if src in self.bounds:
-                self.bounds[i] = self.bounds[src]
-            if src in self.peaks:
-                self.peaks[i] = self.peaks[src]
+        # facts name axes by number: a broadcast that adds axes renumbers them
+        same_rank = len(node.type.shape) == len(self.kernel.nodes[src].type.shape)
+        if (op in ("relayout", "store", "load") or (op == "broadcast_to" and same_rank)
+                or (op == "cast" and widening)):
+            for facts in (self.bounds, self.peaks, self.peak_sums):
+                if src in facts:
+                    facts[i] = facts[src]
         if op == "cast":
             return self._round(node, args[0][0], args[0][1], args)
         return args[0]
@@ -215,11 +274,14 @@ class _Analysis:
         src = node.args[0]
         axis = node.attr("axis")
         if node.attr("keepdims") and src in self.views:
-            base, bounds = self.views[src]
-            others = bounds[:axis] + bounds[axis + 1:]
             kind = "max" if node.op == "reduce_max" else "min"
-            self.bounds[i] = _Bound(kind, base, axis, others, (bounds[axis],))
+            self.bounds[i] = _Bound(kind, (self._part(src, axis),))
         return x
+
+    def _part(self, v: int, axis: int) -> _Part:
+        """The columns of v along axis, as a part of v's base."""
+        base, bounds = self.views[v]
+        return _Part(base, axis, bounds[:axis] + bounds[axis + 1:], (bounds[axis],))
 
     def _sum(self, i: int, node: Node, x: Interval) -> Interval:
         axis = node.attr("axis")
@@ -227,13 +289,18 @@ class _Analysis:
         lo, hi = min(n * x[0], x[0]), max(n * x[1], x[1])
         src = node.args[0]
         if node.attr("keepdims") and x[0] >= 0:
-            base, bounds = self.views[src]
-            self.bounds[i] = _Bound("sum", base, axis, bounds[:axis] + bounds[axis + 1:],
-                                    (bounds[axis],))
-        peak = self.peaks.get(node.args[0])
-        if peak is not None and peak[0] == axis and x[0] >= 0:
-            lo = max(lo, peak[1])  # every row holds its peak, and nothing is negative
+            self.bounds[i] = _Bound("sum", (self._part(src, axis),))
+        peak = self.peaks.get(src)
+        if peak is not None and peak.axis == axis and x[0] >= 0:
+            self.peak_sums[i] = peak
+            lo = self._at_least_peak(peak, lo)
         return self._round(node, lo, hi, [x])
+
+    @staticmethod
+    def _at_least_peak(peak: _Peak, lo: float) -> float:
+        """A sum of non-negative terms that holds a peak in every row is at least it."""
+        least = peak.least()
+        return lo if least is None else max(lo, least)
 
     def _elementwise(self, i: int, node: Node, args: list[Interval]) -> Interval:
         op = node.op
@@ -272,26 +339,39 @@ class _Analysis:
         lo, hi = a[0] + b[0], a[1] + b[1]
         if node.op == "sub" and all(isinstance(x, int) for x in node.args):
             lo, hi = self._shift(i, node, lo, hi)
+        if node.op == "add" and a[0] >= 0 and b[0] >= 0:
+            lo = self._add_sums(i, node, lo)
         return self._round(node, lo, hi, args)
+
+    def _add_sums(self, i: int, node: Node, lo: float) -> float:
+        """The sum of two non-negative sums (the partial sums of tiles) is a sum over the
+        union of their parts, and holds the peaks of both."""
+        if len(node.inputs) != 2 or node.args[0] == node.args[1]:
+            return lo
+        first, second = (self.bounds.get(a) for a in node.args)
+        if first and second and first.kind == second.kind == "sum":
+            self.bounds[i] = _Bound("sum", _union(first.parts + second.parts))
+        p1, p2 = (self.peak_sums.get(a) for a in node.args)
+        if p1 and p2 and p1.axis == p2.axis and p1.bound == p2.bound:
+            self.peak_sums[i] = _Peak(p1.axis, p1.bound, p1.pieces + p2.pieces)
+            lo = self._at_least_peak(self.peak_sums[i], lo)
+        return lo
 
     def _shift(self, i: int, node: Node, lo: float, hi: float) -> Interval:
         """x - (a row bound of x): never positive (for a max), and 0 at the row's max
         when the bound covers exactly x's columns."""
         x, b = node.args
         bound = self.bounds.get(b)
-        if bound is None or x not in self.views:
+        if bound is None or bound.kind == "sum" or x not in self.views:
             return lo, hi
         base, bounds = self.views[x]
-        axis = bound.axis
-        if base != bound.base or bounds[:axis] + bounds[axis + 1:] != bound.others:
+        axis = bound.parts[0].axis
+        part = bound.part_of(base, bounds, axis)
+        if part is None:
             return lo, hi
-        if not _inside(bounds[axis], bound.covered):
-            return lo, hi
-        exact = _merge(bound.covered) == (bounds[axis],)
         if bound.kind == "max":
             hi = min(hi, 0.0)
-            if exact:
-                self.peaks[i] = (axis, 0.0)
+            self.peaks[i] = _Peak(axis, bound, ((self._part(x, axis), 0.0),))
         else:
             lo = max(lo, 0.0)
         return lo, hi
@@ -302,10 +382,8 @@ class _Analysis:
             return
         b1, b2 = (self.bounds.get(a) for a in node.args)
         kind = "max" if node.op == "maximum" else "min"
-        if b1 and b2 and b1.kind == b2.kind == kind and (b1.base, b1.axis, b1.others) == (
-                b2.base, b2.axis, b2.others):
-            self.bounds[i] = _Bound(kind, b1.base, b1.axis, b1.others,
-                                    _merge(b1.covered + b2.covered))
+        if b1 and b2 and b1.kind == b2.kind == kind and b1.parts[0].axis == b2.parts[0].axis:
+            self.bounds[i] = _Bound(kind, _union(b1.parts + b2.parts))
 
     def _scale_peak(self, i: int, node: Node) -> None:
         """peak * a positive number is a peak too (exp(s - m) * c)."""
@@ -314,8 +392,7 @@ class _Analysis:
         if len(consts) == 1 and len(tensors) == 1 and tensors[0] in self.peaks:
             c = float(consts[0].value)
             if c > 0:
-                axis, v = self.peaks[tensors[0]]
-                self.peaks[i] = (axis, v * c)
+                self.peaks[i] = self.peaks[tensors[0]].scaled(lambda v: v * c)
 
     def _share(self, x: int, total: int) -> bool:
         """total is the sum of the non-negative x along a row: x / total is in [0, 1]."""
@@ -323,9 +400,7 @@ class _Analysis:
         if bound is None or bound.kind != "sum" or self.intervals[x][0] < 0:
             return False
         base, bounds = self.views[x]
-        axis = bound.axis
-        return (base == bound.base and bounds[:axis] + bounds[axis + 1:] == bound.others
-                and _merge(bound.covered) == (bounds[axis],))
+        return bound.part_of(base, bounds, bound.parts[0].axis) is not None
 
     def _divide(self, node: Node, a: Interval, b: Interval) -> Interval:
         if (node.op == "div" and all(isinstance(v, int) for v in node.args)
@@ -347,9 +422,8 @@ class _Analysis:
         if op == "abs":
             return (0.0 if lo <= 0 <= hi else min(abs(lo), abs(hi)), max(abs(lo), abs(hi)))
         if op == "exp":
-            if i not in self.peaks and node.args[0] in self.peaks:
-                axis, v = self.peaks[node.args[0]]
-                self.peaks[i] = (axis, float(np.exp(v)))
+            if node.args[0] in self.peaks:
+                self.peaks[i] = self.peaks[node.args[0]].scaled(lambda v: float(np.exp(v)))
             with np.errstate(over="ignore"):
                 return self._round(node, float(np.exp(lo)), float(np.exp(hi)), [x])
         if op == "tanh":

@@ -4,6 +4,9 @@ replayed by --inputs to the same failure), 2 invalid kernel, spec or arguments."
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -112,3 +115,53 @@ def test_inputs_of_the_wrong_shape_exit_2(tmp_path):
     np.savez(npz, x=np.zeros((4, 4), np.float32))
     result = _run(FAST, "--inputs", npz)
     assert result.exit_code == 2 and "shape" in result.output
+
+
+# a layernorm whose row of 2,048 f32 values and its temporaries do not fit PE memory
+# when 64 rows share one PE (8 x 8 x 4 PEs for 256 rows)
+CROWDED = """# spec: specs/layernorm.py
+def kernel(x: "f32[256,2048] @ dram", gamma: "f32[2048] @ dram",
+           beta: "f32[2048] @ dram") -> "f32[256,2048] @ dram":
+    xs = load(x, "(256,2048)/((8_L2B,8_L1B,4_MAB),(2048))")
+    g = load(gamma, "(2048)/((2048)); B@[L2B,L1B,MAB]")
+    b = load(beta, "(2048)/((2048)); B@[L2B,L1B,MAB]")
+    d = xs - reduce_sum(xs[0:256, 0:2047], axis=1, keepdims=True) * 0.00048828125
+    var = reduce_sum(d * d, axis=1, keepdims=True) * 0.00048828125
+    return store(d * rsqrt(var + 1e-05) * g + b)
+"""
+FITS = "tests/verify/corpus/wrong/layernorm__beta_dropped.leir"
+
+
+def test_a_kernel_that_does_not_fit_exits_2_with_runs_one_line(tmp_path):
+    path = _kernel(tmp_path, CROWDED)
+    result, ran = _run(path), CliRunner().invoke(main, ["run", str(path)])
+    assert result.exit_code == 2 and ran.exit_code == 2
+    assert "out of PE local memory" in result.output and len(result.output.splitlines()) == 1
+    assert result.output == ran.output  # the same ConstraintError, word for word
+
+
+def test_a_kernel_past_the_emulation_memory_budget_exits_2_with_one_line(monkeypatch):
+    monkeypatch.setenv("STOCHOPT_EMULATION_MEMORY", "1000")
+    result = _run(FITS)
+    assert result.exit_code == 2 and "emulation memory budget" in result.output
+    assert "Traceback" not in result.output and len(result.output.splitlines()) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel, budget, message", [
+    ("crowded", None, "out of PE local memory"),
+    (FITS, "1000", "past the emulation memory budget of"),
+])
+def test_python_m_stochopt_verify_exits_2_with_one_line_on_stderr(kernel, budget, message,
+                                                                  repo, tmp_path):
+    # the real entry point, in its own process: exit status, stderr, no traceback
+    path = _kernel(tmp_path, CROWDED) if kernel == "crowded" else kernel
+    env = dict(os.environ)
+    env.pop("STOCHOPT_EMULATION_MEMORY", None)
+    if budget:
+        env["STOCHOPT_EMULATION_MEMORY"] = budget
+    done = subprocess.run([sys.executable, "-m", "stochopt", "verify", str(path)], cwd=repo,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert done.stdout == "" and len(done.stderr.splitlines()) == 1, done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr

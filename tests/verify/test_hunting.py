@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from stochopt.backend.emulate import check_emulation_memory
-from stochopt.cli import main
 from stochopt.errors import StochoptError
 from stochopt.leir import parse
 from stochopt.spec import spec, tensor
@@ -78,32 +76,3 @@ def test_emulation_refuses_past_its_memory_budget_before_allocating():
     with pytest.raises(StochoptError, match="emulation memory budget"):
         check_emulation_memory(big, budget=16 << 20)  # four 16 MiB float64 values
     assert check_emulation_memory(big, budget=1 << 30) > 16 << 20
-
-
-CROWDED = """# spec: specs/layernorm.py
-def kernel(x: "f32[256,2048] @ dram", gamma: "f32[2048] @ dram",
-           beta: "f32[2048] @ dram") -> "f32[256,2048] @ dram":
-    xs = load(x, "(256,2048)/((8_L2B,8_L1B,4_MAB),(2048))")
-    g = load(gamma, "(2048)/((2048)); B@[L2B,L1B,MAB]")
-    b = load(beta, "(2048)/((2048)); B@[L2B,L1B,MAB]")
-    d = xs - reduce_sum(xs[0:256, 0:2047], axis=1, keepdims=True) * 0.00048828125
-    var = reduce_sum(d * d, axis=1, keepdims=True) * 0.00048828125
-    return store(d * rsqrt(var + 1e-05) * g + b)
-"""
-
-
-def test_verify_exits_2_on_a_kernel_that_does_not_fit_or_is_too_big(repo, monkeypatch,
-                                                                       tmp_path):
-    monkeypatch.chdir(repo)
-    path = tmp_path / "crowded.leir"
-    path.write_text(CROWDED.replace("# spec: ", f"# spec: {repo}/"))
-    result = CliRunner().invoke(main, ["verify", str(path)])
-    ran = CliRunner().invoke(main, ["run", str(path)])
-    assert result.exit_code == 2 and ran.exit_code == 2
-    assert "out of PE local memory" in result.output and len(result.output.splitlines()) == 1
-    assert result.output == ran.output  # the same ConstraintError, word for word
-    monkeypatch.setenv("STOCHOPT_EMULATION_MEMORY", "1000")
-    result = CliRunner().invoke(main, ["verify", "tests/verify/corpus/wrong/"
-                                       "layernorm__beta_dropped.leir"])
-    assert result.exit_code == 2 and "emulation memory budget" in result.output
-    assert "Traceback" not in result.output and len(result.output.splitlines()) == 1
