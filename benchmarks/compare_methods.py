@@ -47,13 +47,15 @@ def run_search(spec: Path, method: str, seed: int, budget: str, out: Path) -> di
     run = json.loads((run_dir / "run.json").read_text())
     best = json.loads((run_dir / "best.json").read_text())
     state = json.loads((run_dir / "checkpoint.json").read_text())
-    events = read_events(run_dir / "events.jsonl")
+    lines = read_events(run_dir / "events.jsonl")
+    events = [e for e in lines if "outcome" in e]  # a candidate a line each, then...
+    counted = sum(e.get("candidates", 0) for e in lines if e.get("kind") == "aggregate")
     trajectory = [(e["t"], e["cycles"]) for e in events if e["outcome"] == "best"]
     elapsed = max(state["elapsed_s"], 1e-9)
     # the starting kernel's own check runs beside the search: a budget too short for it
     # leaves best.leir unproved (best.json says "proof"), which the results must show
     result = summarize(run["baseline_cycles"], best["cycles"], run["roofline_cycles"],
-                       len(events), elapsed, trajectory,
+                       len(events) + counted, elapsed, trajectory,
                        bool((best.get("verdict") or {}).get("equivalent")))
     result["start_check_unfinished"] = best.get("proof") is not None
     return result
