@@ -435,7 +435,8 @@ class _Analysis:
             if op != "sqrt" and lo <= 0:
                 self._hazard(ZERO_DIVISION, node, x,
                              "divide by zero" if op == "rsqrt" else "give -inf (log of 0)")
-                return FULL if op == "rsqrt" else (-np.inf, float(np.log(max(hi, 0.0))))
+                return FULL if op == "rsqrt" else (-np.inf, float(np.log(hi)) if hi > 0
+                                                   else -np.inf)
             with np.errstate(divide="ignore"):
                 if op == "sqrt":
                     return self._round(node, float(np.sqrt(lo)), float(np.sqrt(hi)), [x])
