@@ -55,12 +55,15 @@ def _row(what: str, result, run_dir: Path) -> dict:
     time from its first event to its last (without the setup and the start of the
     workers, which Ray makes longer and a long run does not notice)."""
     from stochopt.search.rundir import read_events
-    times = [e["t"] for e in read_events(run_dir / "events.jsonl") if "outcome" in e]
+    lines = read_events(run_dir / "events.jsonl")
+    # a candidate a line each for the first 10,000, then per-minute aggregate lines too
+    times = [e["t"] for e in lines if "outcome" in e] + \
+        [e["t1"] for e in lines if e.get("kind") == "aggregate"]
     span = max(times) - min(times) if len(times) > 1 else 0.0
     return {"what": what, "candidates": result.proposals, "elapsed_s": result.elapsed_s,
             "rate": round(result.proposals / result.elapsed_s, 1),
             "first_event_s": round(min(times), 1) if times else None,
-            "steady_rate": round(len(times) / span, 1) if span else None,
+            "steady_rate": round(result.proposals / span, 1) if span else None,
             "best_cycles": result.best_cycles, "verified": result.verified}
 
 
