@@ -68,7 +68,7 @@ def test_cli_optimize_with_an_llm_end_to_end(tmp_path):
     with LLMServer([reply("Faster, I think.\n" + block(WRONG))]) as server:
         done = subprocess.run(
             [sys.executable, "-m", "stochopt", "optimize", SPEC, "--proposer", "llm",
-             "--base-url", server.url, "--model", "test-model", "--budget", "20s",
+             "--base-url", server.url, "--model", "test-model", "--budget", "60s",
              "--chains", "1", "--max-proposals", "2", "--llm-concurrency", "1",
              "--run-dir", str(run_dir), "--quiet"],
             capture_output=True, text=True, timeout=120, cwd=tmp_path,
