@@ -40,14 +40,27 @@ GIVE_WAY_RATIO = 0.9  # a check gives way to a waiting candidate at least 10% fa
 
 
 @dataclass
-class CheckerJob:
-    """What a check worker needs, as plain data (it crosses a process boundary)."""
+class WorkerJob:
+    """What every worker process of a run starts from (a chain's Job, a CheckerJob), as
+    plain data: it crosses a process boundary, and the worker rebuilds the rest."""
     index: int
     run_dir: str
     spec_path: str
     spec_name: str | None
     machine: object
     baseline_text: str
+
+    def load(self):
+        """The run's machine, spec and baseline kernel, rebuilt in the worker."""
+        from stochopt.spec import load_spec
+        machine = load_machine(self.machine)
+        return machine, load_spec(self.spec_path, self.spec_name), \
+            parse(self.baseline_text, machine)
+
+
+@dataclass
+class CheckerJob(WorkerJob):
+    """What a check worker needs beyond the run's spec and baseline."""
     examples: int
     deadline: float             # wall-clock time at which every check stops
 
@@ -103,12 +116,9 @@ class MovableDeadline:
 
 
 def _check_loop(job: CheckerJob, inbox, outbox, stop, parent) -> None:
-    from stochopt.spec import load_spec
     from stochopt.verify.check import check
 
-    machine = load_machine(job.machine)
-    spec = load_spec(job.spec_path, job.spec_name)
-    baseline = parse(job.baseline_text, machine)
+    machine, spec, baseline = job.load()
     run_deadline = time.monotonic() + (job.deadline - time.time())
     deadline = MovableDeadline(run_deadline)
 

@@ -21,12 +21,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from stochopt.backend.cost import cost
-from stochopt.backend.machine import load_machine
 from stochopt.errors import StochoptError
 from stochopt.leir.parser import parse
 from stochopt.leir.render import render
 from stochopt.notebook import Displayable
 from stochopt.search.chain import Chain, ChainConfig
+from stochopt.search.checks import WorkerJob
 from stochopt.search.rundir import read_json, write_json
 
 FLUSH_S = 0.25
@@ -35,14 +35,8 @@ HEAR_S = 0.01  # how often a chain reads its inbox: a read costs ~20 us, a step 
 
 
 @dataclass
-class Job:
-    """Everything a worker needs, as plain data (it crosses a process boundary)."""
-    index: int
-    run_dir: str
-    spec_path: str
-    spec_name: str | None
-    machine: object
-    baseline_text: str
+class Job(WorkerJob):
+    """What a chain's worker needs beyond the run's spec and baseline."""
     start_text: str
     seed: int
     arms: list[str]
@@ -75,11 +69,7 @@ def worker(job: Job, outbox, inbox, stop) -> None:
 def _work(job: Job, outbox, inbox, stop, parent, llm_gate=None) -> None:
     """The chain's loop. ``llm_gate``: the run's LLM limits when they are shared across
     machines (see LLMProposer.gate); None: this process's own."""
-    from stochopt.spec import load_spec
-
-    machine = load_machine(job.machine)
-    spec = load_spec(job.spec_path, job.spec_name)
-    baseline = parse(job.baseline_text, machine)
+    machine, spec, baseline = job.load()
     start = parse(job.start_text, machine)
     llm = None
     if "llm" in job.arms and job.llm:
