@@ -356,3 +356,18 @@ def assert_same_exact_values(kernel, out, machine, tolerance: float) -> None:
         want = emulate(kernel, inputs, machine, exact=True)
         got = emulate(out, inputs, machine, exact=True)
     np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance, equal_nan=True)
+
+
+def assert_transform_keeps_values_or_refuses(kernel, data, where, transform, refusal: str,
+                                             tolerance: float, machine=SMALL) -> None:
+    """At a site drawn from where(kernel), transform gives the same exact values, or
+    refuses with a ConstraintError that starts with `refusal` (or names a line)."""
+    sites = where(kernel)
+    assume(sites)
+    site = data.draw(st.sampled_from(sites))
+    try:
+        out = transform(kernel, site, machine)
+    except ConstraintError as e:
+        assert str(e).startswith((refusal, "line")), str(e)
+        return
+    assert_same_exact_values(kernel, out, machine, tolerance)
