@@ -20,7 +20,7 @@ from stochopt.backend.cost import cost  # noqa: E402
 from stochopt.backend.machine import load_machine  # noqa: E402
 from stochopt.lower import lower  # noqa: E402
 from stochopt.search.chain import Chain, ChainConfig  # noqa: E402
-from stochopt.search.llm import GIVE_UP_AFTER, LLMProposer, llm_options  # noqa: E402
+from stochopt.search.llm import GIVE_UP_AFTER, LLMProposer  # noqa: E402
 from stochopt.search.llm_context import (  # noqa: E402
     TokenCounter,
     context_from_error,
@@ -29,6 +29,7 @@ from stochopt.search.llm_context import (  # noqa: E402
     prompt_tokens_from_error,
     reply_room,
 )
+from stochopt.search.llm_options import llm_options  # noqa: E402
 from stochopt.search.llm_prompt import LEVELS, PromptBuilder, load_templates  # noqa: E402
 from stochopt.search.llm_variants import FOCI, draw_variants, pick_failures  # noqa: E402
 from stochopt.spec import load_spec  # noqa: E402

@@ -7,8 +7,8 @@ import pytest
 from stochopt.backend.machine import load_machine
 from stochopt.errors import ParseError, StochoptError
 from stochopt.lower import lower
-from stochopt.search.llm import llm_options
 from stochopt.search.llm_client import PRICES, _retry_after, price_of
+from stochopt.search.llm_options import llm_options
 from stochopt.search.llm_prompt import (
     FIELDS,
     PromptBuilder,
