@@ -1,15 +1,17 @@
-"""The search against the kernels written by hand (benchmarks/kernels/), side by side.
+"""The search against greedy and the kernels written by hand, side by side, every spec.
 
-    python benchmarks/hand_vs_search.py --budget 5m            # the table of the README
+    python benchmarks/hand_vs_search.py --budget 5m                  # all 12 bundled specs
     python benchmarks/hand_vs_search.py --budget 2m --specs matmul mla_decode
 
-For each spec with a hand-written kernel: its baseline, the hand kernel's cycles, what
-greedy (the rewrite rules to a fixpoint, stochopt/search/greedy.py) reaches and how long
-it took, and the best of `stochopt optimize --proposer mixed --chains 2` after the
-budget; then the search's share of the hand kernel (hand / search, 1.00 = as fast).
-Prints a markdown table; the run directories stay under --out for `stochopt report`.
-Greedy runs in this process, the searches one after the other, so the figures are
-comparable only when the machine is otherwise quiet.
+For each bundled spec: its baseline (the lowering), what greedy (the rewrite rules to a
+fixpoint, stochopt/search/greedy.py, its result fully checked) reaches and how long it
+took, the kernel written by hand where benchmarks/kernels/ has one, and the best of
+`stochopt optimize --proposer mixed --chains 2` after the budget: proved, and the fastest
+found whose check did not finish, and candidates per second. Then search / greedy and
+hand / search (1.00 = as fast). Prints a markdown table and writes it as JSON (--json);
+the run directories stay under --out for `stochopt report`. Greedy runs in this process
+and the searches one after the other, so the figures are comparable only when the
+machine is otherwise quiet.
 """
 
 from __future__ import annotations
@@ -31,11 +33,12 @@ from stochopt.lower.lowering import lower  # noqa: E402
 from stochopt.search.greedy import greedy_fixpoint  # noqa: E402
 from stochopt.spec import load_spec  # noqa: E402
 
-SPECS = ("attention_scores", "matmul", "attention_decode", "mla_decode")
+KERNELS = ROOT / "benchmarks" / "kernels"
+SPECS = sorted(p.stem for p in (ROOT / "specs").glob("*.py") if not p.name.startswith("_"))
 
 
-def search_best(spec: Path, budget: str, seed: int, run_dir: Path) -> tuple[int, bool]:
-    """Best cycles of a 2-chain mixed search and whether that kernel was proved."""
+def search_best(spec: Path, budget: str, seed: int, run_dir: Path) -> dict:
+    """What a 2-chain mixed search found: proved best, fastest unproved, rate."""
     cmd = [sys.executable, "-m", "stochopt", "optimize", str(spec), "--proposer", "mixed",
            "--chains", "2", "--budget", budget, "--seed", str(seed), "--run-dir",
            str(run_dir), "--quiet"]
@@ -43,16 +46,22 @@ def search_best(spec: Path, budget: str, seed: int, run_dir: Path) -> tuple[int,
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr.strip()[-800:]}")
     best = json.loads((run_dir / "best.json").read_text())
-    return best["cycles"], bool((best.get("verdict") or {}).get("equivalent"))
+    state = json.loads((run_dir / "checkpoint.json").read_text())
+    proved = bool((best.get("verdict") or {}).get("equivalent")) or \
+        best.get("proof") == "lowering"
+    return {"cycles": best["cycles"], "proved": proved,
+            "unproved": (best.get("unproved") or {}).get("cycles"),
+            "rate": state["proposals"] / max(state["elapsed_s"], 1e-9)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", default="5m", help="search budget per spec (5m, 120s)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--specs", nargs="+", default=list(SPECS), choices=SPECS)
+    parser.add_argument("--specs", nargs="+", default=SPECS, choices=SPECS)
     parser.add_argument("--out", type=Path, default=Path("/tmp/stochopt-hand-vs-search"))
-    parser.add_argument("--no-greedy", action="store_true", help="skip greedy (slow on mla)")
+    parser.add_argument("--json", type=Path, help="also write the rows here")
+    parser.add_argument("--no-greedy", action="store_true", help="skip greedy")
     args = parser.parse_args()
     machine = load_machine("mncore2")
     rows = []
@@ -60,27 +69,36 @@ def main() -> None:
         spec_path = ROOT / "specs" / f"{name}.py"
         spec = load_spec(spec_path)
         baseline = lower(spec, machine)
-        hand_kernel, _ = read_kernel_file(ROOT / "benchmarks" / "kernels" / f"{name}.leir",
-                                          machine)
-        hand = cost(hand_kernel, machine).cycles
-        greedy = "—"
+        row = {"spec": name, "baseline": cost(baseline, machine).cycles, "hand": None,
+               "greedy": None, "greedy_s": None}
+        if (KERNELS / f"{name}.leir").is_file():
+            hand_kernel, _ = read_kernel_file(KERNELS / f"{name}.leir", machine)
+            row["hand"] = cost(hand_kernel, machine).cycles
         if not args.no_greedy:
             result = greedy_fixpoint(baseline, spec, machine, seed=args.seed)
-            greedy = f"{result.cycles:,} ({result.seconds:.0f} s)"
+            row.update(greedy=result.cycles, greedy_s=round(result.seconds, 1))
         started = time.perf_counter()
-        found, proved = search_best(spec_path, args.budget, args.seed, args.out / name)
-        took = time.perf_counter() - started
-        rows.append((name, cost(baseline, machine).cycles, hand, greedy, found, proved, took))
-        print(f"{name}: done ({took:.0f} s)", file=sys.stderr)
+        row["search"] = search_best(spec_path, args.budget, args.seed, args.out / name)
+        rows.append(row)
+        print(f"{name}: done ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
     print(f"search: `python -m stochopt optimize specs/X.py --proposer mixed --chains 2 "
           f"--budget {args.budget} --seed {args.seed}`; greedy: `greedy_fixpoint(lower(spec), "
           f"spec, MNCORE2, seed={args.seed})`\n")
-    print("| spec | baseline | by hand | greedy | search | hand / search |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
-    for name, base, hand, greedy, found, proved, _ in rows:
-        mark = "" if proved else " (unproved)"
-        print(f"| {name} | {base:,} | {hand:,} | {greedy} | {found:,}{mark} | "
-              f"{hand / found:.2f} |")
+    print("| spec | baseline | greedy (s) | search, proved | found, not proved | cand/s | "
+          "greedy / search | by hand | hand / search |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        found = r["search"]
+        greedy = "—" if r["greedy"] is None else f"{r['greedy']:,} ({r['greedy_s']:.0f})"
+        versus = "—" if r["greedy"] is None else f"{r['greedy'] / found['cycles']:.2f}"
+        unproved = "—" if found["unproved"] is None else f"{found['unproved']:,}"
+        hand = "—" if r["hand"] is None else f"{r['hand']:,}"
+        share = "—" if r["hand"] is None else f"{r['hand'] / found['cycles']:.2f}"
+        print(f"| {r['spec']} | {r['baseline']:,} | {greedy} | {found['cycles']:,} | "
+              f"{unproved} | {found['rate']:,.0f} | {versus} | {hand} | {share} |")
+    if args.json:
+        args.json.write_text(json.dumps({"budget": args.budget, "seed": args.seed,
+                                         "rows": rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

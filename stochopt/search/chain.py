@@ -26,6 +26,7 @@ from stochopt.errors import ConstraintError, ParseError, StochoptError
 from stochopt.leir.ir import Kernel
 from stochopt.leir.parser import parse
 from stochopt.leir.render import render
+from stochopt.search.greedy import descend
 from stochopt.search.proposers import BUILTIN, Arm, Bandit
 from stochopt.search.values import CachedScreening, Proofs
 from stochopt.spec import Spec
@@ -43,6 +44,9 @@ class ChainConfig:
     restart_after: int = 3000    # proposals without a new chain best before a restart
     full_examples: int = 200     # examples of the full check before a kernel becomes best
     screening_inputs: int = 3
+    # the first proposal of a chain that rewrites: the rules applied greedily to a
+    # fixpoint (stochopt/search/greedy.py), so no run ends slower than greedy would
+    fixpoint_first: bool = True
     # relative weight of each move and rule when its proposer draws one (STOKE's weighted
     # transforms); a name left out weighs 1 (stochopt/search/weights.py)
     move_weights: dict[str, float] = field(default_factory=dict)
@@ -146,6 +150,13 @@ class Chain:
 
     # -- one proposal -----------------------------------------------------------------
     def propose(self) -> Candidate:
+        if self.proposals == 0 and self.config.fixpoint_first and "rewrite" in self.arms:
+            # its own generator (the spread rule draws a divisor), seeded as greedy's is,
+            # so chain 0 of a run with seed s descends exactly as greedy with seed s
+            kernel, _, steps, _ = descend(self.current, self.machine, self.screening.error,
+                                          random.Random(self.seed))
+            if steps:  # else no rule helps here: an ordinary first proposal
+                return Candidate("rewrite", "fixpoint", kernel)
         arm = self.bandit.choose(self.rng) if len(self.arms) > 1 else self.arms[0]
         if arm == "llm":
             cand = self.llm.take(self)
