@@ -149,12 +149,12 @@ class Chain:
         self.saved_inputs.append(path)
 
     # -- one proposal -----------------------------------------------------------------
-    def propose(self) -> Candidate:
+    def propose(self, deadline: float | None = None) -> Candidate:
         if self.proposals == 0 and self.config.fixpoint_first and "rewrite" in self.arms:
             # its own generator (the spread rule draws a divisor), seeded as greedy's is,
             # so chain 0 of a run with seed s descends exactly as greedy with seed s
             kernel, _, steps, _ = descend(self.current, self.machine, self.screening.error,
-                                          random.Random(self.seed))
+                                          random.Random(self.seed), deadline=deadline)
             if steps:  # else no rule helps here: an ordinary first proposal
                 return Candidate("rewrite", "fixpoint", kernel)
         arm = self.bandit.choose(self.rng) if len(self.arms) > 1 else self.arms[0]
@@ -186,7 +186,7 @@ class Chain:
         None, its verdict facts). With ``checks_elsewhere`` set, a kernel that needs its
         full check is queued on ``submissions`` instead (outcome "checking")."""
         t0 = time.perf_counter()
-        cand = self.propose()
+        cand = self.propose(deadline)
         self.proposals += 1
         self.since_improvement += 1
         event = {"chain": self.index, "proposer": cand.proposer, "move": cand.move,

@@ -53,12 +53,13 @@ def greedy_fixpoint(kernel: Kernel, spec: Spec, machine, baseline: Kernel | None
 
 
 def descend(kernel: Kernel, machine, screening_error: Callable[[Kernel], float],
-            rng: random.Random, max_steps: int = 200
+            rng: random.Random, max_steps: int = 200, deadline: float | None = None
             ) -> tuple[Kernel, int, list[tuple[str, int]], int]:
     """The rewrite rules to a fixpoint, screened but not fully checked: at each step the
     rewrite that lowers the cycles most and keeps every screening input exact. Returns
     the kernel, its cycles, the steps taken and how many rewrites were costed. ``rng``
-    is only drawn from by the spread rule, to pick its divisor."""
+    is only drawn from by the spread rule, to pick its divisor. Past ``deadline``
+    (time.monotonic) it stops with the steps already taken."""
     current, cycles = kernel, cost(kernel, machine).cycles
     steps: list[tuple[str, int]] = []
     candidates = 0
@@ -66,6 +67,8 @@ def descend(kernel: Kernel, machine, screening_error: Callable[[Kernel], float],
         options = []
         for r in RULES:
             for site in r.find(current):
+                if deadline is not None and time.monotonic() > deadline:
+                    return current, cycles, steps, candidates
                 candidates += 1
                 try:
                     out = apply_rule(r, current, site, machine, rng)

@@ -1,0 +1,69 @@
+"""A chain that rewrites starts with the rewrite rules to a fixpoint (greedy's descent),
+so a run never ends slower than greedy; the descent is one candidate like any other."""
+
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from stochopt import load_spec
+from stochopt.backend.cost import cost
+from stochopt.backend.machine import MNCORE2
+from stochopt.lower import lower
+from stochopt.search.chain import Chain, ChainConfig
+from stochopt.search.greedy import descend, greedy_fixpoint
+from stochopt.verify.screening import ScreeningSet
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def softmax():
+    spec = load_spec(ROOT / "specs" / "softmax.py")
+    return spec, lower(spec)
+
+
+def make_chain(softmax, arms, seed=0, **config) -> Chain:
+    spec, baseline = softmax
+    return Chain(0, spec, baseline, cost(baseline).cycles, baseline, MNCORE2, arms, seed,
+                 ChainConfig(**config))
+
+
+def test_first_proposal_is_greedys_fixpoint(softmax):
+    spec, baseline = softmax
+    chain = make_chain(softmax, ["mutate", "rewrite"], seed=0)
+    candidate = chain.propose()
+    assert (candidate.proposer, candidate.move) == ("rewrite", "fixpoint")
+    greedy = greedy_fixpoint(baseline, spec, MNCORE2, examples=20, seed=0)
+    assert greedy.steps, "softmax's lowering has rewrites that help"
+    # chain 0 of a seed-0 run descends exactly as greedy with seed 0
+    assert cost(candidate.kernel).cycles == greedy.cycles < cost(baseline).cycles
+
+
+def test_the_fixpoint_goes_through_the_chain_like_any_candidate(softmax):
+    chain = make_chain(softmax, ["mutate", "rewrite"], seed=3)
+    chain.best_cycles = 1  # no full check: only the Metropolis-Hastings decision
+    event, best, _ = chain.step()
+    assert (event["proposer"], event["move"], event["outcome"]) == \
+        ("rewrite", "fixpoint", "accepted")
+    assert event["cycles"] == chain.current_cycles < cost(softmax[1]).cycles
+    assert chain.propose().move != "fixpoint"  # once per chain, not every step
+
+
+def test_no_fixpoint_without_the_rewrite_arm_or_when_turned_off(softmax):
+    assert make_chain(softmax, ["mutate"]).propose().move != "fixpoint"
+    off = make_chain(softmax, ["mutate", "rewrite"], fixpoint_first=False)
+    assert off.propose().move != "fixpoint"
+
+
+def test_descent_past_its_deadline_stops_with_what_it_has(softmax):
+    spec, baseline = softmax
+    screening = ScreeningSet(spec, baseline, MNCORE2, seed=0)
+    kernel, cycles, steps, candidates = descend(baseline, MNCORE2, screening.error,
+                                                random.Random(0),
+                                                deadline=time.monotonic() - 1)
+    assert (kernel, steps, candidates) == (baseline, [], 0)
+    assert cycles == cost(baseline).cycles
+    full = descend(baseline, MNCORE2, screening.error, random.Random(0))
+    assert full[2] and full[1] < cycles
