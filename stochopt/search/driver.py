@@ -73,7 +73,7 @@ def _work(job: Job, outbox, inbox, stop, parent, llm_gate=None) -> None:
     start = parse(job.start_text, machine)
     llm = None
     if "llm" in job.arms and job.llm:
-        from stochopt.search.llm import LLMProposer
+        from stochopt.search.llm_proposer import LLMProposer
         llm = LLMProposer.from_job(job, spec, machine, stop)
         llm.gate = llm_gate
     chain = Chain(job.index, spec, baseline, cost(baseline, machine).cycles, start, machine,

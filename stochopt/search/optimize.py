@@ -71,7 +71,7 @@ def optimize(spec_path: str | None = None, *, budget: str | float = "10m",
         raise StochoptError(f"max_proposals must be a positive integer, got {max_proposals!r}")
     if max_cost is not None and not max_cost > 0:
         raise StochoptError(f"max_cost must be positive, got {max_cost!r}")
-    from stochopt.search.llm_options import llm_options
+    from stochopt.llm.options import llm_options
     llm = llm_options(llm, max_cost)  # defaults filled, every value and template checked
     arms = check_proposer(proposer, llm_available=llm is not None)
     config = config or ChainConfig()

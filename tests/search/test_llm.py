@@ -15,10 +15,10 @@ if str(ROOT) not in sys.path:
 
 from stochopt.backend.cost import cost  # noqa: E402
 from stochopt.backend.machine import load_machine  # noqa: E402
+from stochopt.llm.options import llm_options  # noqa: E402
 from stochopt.lower import lower  # noqa: E402
 from stochopt.search.chain import Chain, ChainConfig  # noqa: E402
-from stochopt.search.llm import LLMProposer  # noqa: E402
-from stochopt.search.llm_options import llm_options  # noqa: E402
+from stochopt.search.llm_proposer import LLMProposer  # noqa: E402
 from stochopt.spec import load_spec  # noqa: E402
 from tests.llm_server import NO_CODE, LLMServer, error, held, raw, reply, slow  # noqa: E402
 

@@ -18,10 +18,7 @@ if str(ROOT) not in sys.path:
 
 from stochopt.backend.cost import cost  # noqa: E402
 from stochopt.backend.machine import load_machine  # noqa: E402
-from stochopt.lower import lower  # noqa: E402
-from stochopt.search.chain import Chain, ChainConfig  # noqa: E402
-from stochopt.search.llm import GIVE_UP_AFTER, LLMProposer  # noqa: E402
-from stochopt.search.llm_context import (  # noqa: E402
+from stochopt.llm.context import (  # noqa: E402
     TokenCounter,
     context_from_error,
     context_from_models,
@@ -29,9 +26,12 @@ from stochopt.search.llm_context import (  # noqa: E402
     prompt_tokens_from_error,
     reply_room,
 )
-from stochopt.search.llm_options import llm_options  # noqa: E402
-from stochopt.search.llm_prompt import LEVELS, PromptBuilder, load_templates  # noqa: E402
-from stochopt.search.llm_variants import FOCI, draw_variants, pick_failures  # noqa: E402
+from stochopt.llm.options import llm_options  # noqa: E402
+from stochopt.llm.prompt import LEVELS, PromptBuilder, load_templates  # noqa: E402
+from stochopt.llm.variants import FOCI, draw_variants, pick_failures  # noqa: E402
+from stochopt.lower import lower  # noqa: E402
+from stochopt.search.chain import Chain, ChainConfig  # noqa: E402
+from stochopt.search.llm_proposer import GIVE_UP_AFTER, LLMProposer  # noqa: E402
 from stochopt.spec import load_spec  # noqa: E402
 from tests.llm_server import LLMServer, error, held, reply  # noqa: E402
 
