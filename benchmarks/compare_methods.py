@@ -29,9 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from stochopt.durations import parse_duration  # noqa: E402
 from stochopt.lower.catalog import bundled_spec_paths  # noqa: E402
-from stochopt.search.budget import parse_duration  # noqa: E402
-from stochopt.search.rundir import read_events  # noqa: E402
+from stochopt.rundir import read_events  # noqa: E402
 
 METHODS = ("mutate", "greedy", "rewrite", "mixed")
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from stochopt.errors import StochoptError
 from stochopt.notebook import Displayable
+from stochopt.rundir import SPEC_PY
 from stochopt.spec import Spec, load_spec
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ def as_spec(spec: SpecLike, name: str | None = None) -> Spec:
     if not _is_text(spec):
         return load_spec(spec, name)
     with tempfile.TemporaryDirectory(prefix="stochopt-spec-") as folder:
-        path = Path(folder) / "spec.py"
+        path = Path(folder) / SPEC_PY
         path.write_text(spec)
         loaded = load_spec(path, name)
     # the file is gone: a kernel lowered from it must not name it on its '# spec:' line
@@ -346,7 +347,7 @@ def _spec_file(spec: SpecLike | None, name: str | None, scratch: Path) -> tuple[
     if isinstance(spec, str | Path):
         if not _is_text(spec):
             return str(spec), name
-        path = scratch / "spec.py"
+        path = scratch / SPEC_PY
         path.write_text(spec)
         return str(path), name
     s = as_spec(spec, name)

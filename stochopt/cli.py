@@ -324,8 +324,8 @@ def optimize(ctx, spec_path, budget, proposer, chains, ray_address, seed, init, 
 
     from stochopt import api
     from stochopt.cli_settings import sources
+    from stochopt.durations import process_start_time
     from stochopt.llm.options import describe
-    from stochopt.search.budget import process_start_time
     from stochopt.search.display import progress_view, summary_lines
 
     if spec_path is None and resume is None:

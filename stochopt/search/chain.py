@@ -31,10 +31,6 @@ from stochopt.search.values import CachedScreening, Proofs
 from stochopt.spec import Spec
 from stochopt.verify.check import check, check_signature
 
-# "unproved": screened, faster than the best, but its full check did not finish before
-# the run ended (the run directory keeps it as unproved.leir, to prove with verify)
-OUTCOMES = ("parse_error", "invalid", "wrong", "rejected", "accepted", "unproved", "best")
-
 
 @dataclass
 class ChainConfig:

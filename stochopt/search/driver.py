@@ -25,9 +25,9 @@ from stochopt.errors import StochoptError
 from stochopt.leir.parser import parse
 from stochopt.leir.render import render
 from stochopt.notebook import Displayable
+from stochopt.rundir import CHECKPOINT_JSON, COUNTEREXAMPLES, read_json, write_json
 from stochopt.search.chain import Chain, ChainConfig
 from stochopt.search.checks import WorkerJob
-from stochopt.search.rundir import read_json, write_json
 
 FLUSH_S = 0.25
 STATE_S = 5.0
@@ -78,7 +78,7 @@ def _work(job: Job, outbox, inbox, stop, parent, llm_gate=None) -> None:
         llm.gate = llm_gate
     chain = Chain(job.index, spec, baseline, cost(baseline, machine).cycles, start, machine,
                   job.arms, job.seed, ChainConfig(**job.config), llm)
-    chain.counterexample_dir = Path(job.run_dir) / "counterexamples"
+    chain.counterexample_dir = Path(job.run_dir) / COUNTEREXAMPLES
     chain.checks_elsewhere = job.checks_in_pool
     if job.state:
         chain.restore(job.state)
@@ -184,7 +184,7 @@ def start_workers(jobs: list[Job], outbox):
 
 
 def load_checkpoint(run_dir: Path) -> dict:
-    path = run_dir / "checkpoint.json"
+    path = run_dir / CHECKPOINT_JSON
     if not path.is_file():
         raise StochoptError(f"{run_dir} has no checkpoint.json",
                             hint="--resume takes a run directory made by stochopt optimize")
@@ -192,4 +192,4 @@ def load_checkpoint(run_dir: Path) -> dict:
 
 
 def save_checkpoint(run_dir: Path, data: dict) -> None:
-    write_json(run_dir / "checkpoint.json", data)
+    write_json(run_dir / CHECKPOINT_JSON, data)

@@ -52,6 +52,7 @@ from stochopt.llm.prompt import (
     load_templates,
 )
 from stochopt.llm.variants import Variant, draw_variants, pick_failures, temperature_range
+from stochopt.rundir import LLM_TRANSCRIPTS
 from stochopt.search.chain import Candidate
 from stochopt.verify.check import check, check_signature
 
@@ -77,7 +78,7 @@ class LLMProposer:
         self.options, self.spec, self.machine = options, spec, machine
         self.chain_index = chain_index
         self.deadline, self.stop = deadline, stop   # wall-clock time; a multiprocessing Event
-        self.dir = Path(run_dir) / "llm" if run_dir else None
+        self.dir = Path(run_dir) / LLM_TRANSCRIPTS if run_dir else None
         self.prompts = PromptBuilder(load_templates(options.get("prompts")), spec, machine,
                                      baseline, roofline_cycles)
         self.closed = threading.Event()

@@ -157,7 +157,7 @@ class RayExecutor:
             return None
 
     def _drain(self) -> None:
-        from stochopt.search.rundir import atomic_write_bytes
+        from stochopt.rundir import atomic_write_bytes
         if self.stop_requested and not self.stop_sent:
             self.coordinator.stop.remote()
             self.stop_sent, self.stop_sent_at = True, time.monotonic()
