@@ -23,8 +23,8 @@ from pathlib import Path
 from bench_inner_loop import timings
 
 from stochopt.backend.cost import cost
-from stochopt.backend.machine import MNCORE2
 from stochopt.lower import lower
+from stochopt.machine import MNCORE2
 from stochopt.search.chain import Chain, ChainConfig
 from stochopt.spec import load_spec
 from stochopt.verify import ScreeningSet, check

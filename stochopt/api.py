@@ -28,15 +28,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from stochopt.displayable import Displayable
 from stochopt.errors import StochoptError
-from stochopt.notebook import Displayable
 from stochopt.rundir import SPEC_PY
 from stochopt.spec import Spec, load_spec
 
 if TYPE_CHECKING:
     from stochopt.backend.cost import Profile
-    from stochopt.backend.machine import Machine
     from stochopt.leir.ir import Kernel
+    from stochopt.machine import Machine
     from stochopt.search.chain import ChainConfig
     from stochopt.search.driver import RunResult
     from stochopt.verify.check import Verdict
@@ -116,7 +116,7 @@ def spec_for_kernel(kernel: Kernel, spec: SpecLike | None, name: str | None = No
 
 
 def _machine(machine) -> Machine:
-    from stochopt.backend.machine import load_machine
+    from stochopt.machine import load_machine
     return load_machine(DEFAULT_MACHINE if machine is None else machine)
 
 

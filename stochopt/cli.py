@@ -112,8 +112,8 @@ def run(ctx: click.Context, kernel_path: str, seed: int, show_profile: bool, as_
 def lower(spec_path: str, output: str | None, name: str | None, machine: str) -> None:
     """Lower a numpy spec to its plain baseline kernel."""
     from stochopt import api
-    from stochopt.backend.machine import load_machine
     from stochopt.leir import render
+    from stochopt.machine import load_machine
 
     m = load_machine(machine)
     kernel = api.lower(spec_path, name=name, machine=m)
@@ -135,8 +135,8 @@ def specs(as_json: bool, machine: str) -> None:
     from rich import box
     from rich.table import Table
 
-    from stochopt.backend.machine import load_machine
     from stochopt.lower.catalog import spec_table
+    from stochopt.machine import load_machine
 
     m = load_machine(machine)
     rows = spec_table(m)

@@ -63,7 +63,7 @@ def _check(settings: Settings, key: str, value, param: click.Option) -> None:
             from stochopt.durations import parse_duration
             parse_duration(value)
         elif key == "machine":
-            from stochopt.backend.machine import load_machine
+            from stochopt.machine import load_machine
             load_machine(value)
         else:
             param.type.convert(value, param, None)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from stochopt.backend.machine import PRESETS, load_machine
 from stochopt.errors import StochoptError
 from stochopt.leir.parser import machine_of
+from stochopt.machine import PRESETS, load_machine
 from stochopt.rundir import RUN_JSON, SPEC_PY
 
 

@@ -319,7 +319,7 @@ def _proposer_row() -> dict:
 
 def run_machine(run: dict):
     """The machine a run searched on, rebuilt from its run.json."""
-    from stochopt.backend.machine import PRESETS, machine_from_dict
+    from stochopt.machine import PRESETS, machine_from_dict
 
     name = run.get("machine_name") or run["machine"].get("name")
     if name in PRESETS:

@@ -31,8 +31,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stochopt.backend.machine import load_machine
 from stochopt.leir.parser import parse
+from stochopt.machine import load_machine
 from stochopt.rundir import COUNTEREXAMPLES
 
 START = "start"  # the check id of the starting kernel's own check

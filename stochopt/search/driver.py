@@ -21,10 +21,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from stochopt.backend.cost import cost
+from stochopt.displayable import Displayable
 from stochopt.errors import StochoptError
 from stochopt.leir.parser import parse
 from stochopt.leir.render import render
-from stochopt.notebook import Displayable
 from stochopt.rundir import CHECKPOINT_JSON, COUNTEREXAMPLES, read_json, write_json
 from stochopt.search.chain import Chain, ChainConfig
 from stochopt.search.checks import WorkerJob

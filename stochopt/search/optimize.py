@@ -9,11 +9,11 @@ import time
 from pathlib import Path
 
 from stochopt.backend.cost import cost, roofline_of_kernel
-from stochopt.backend.machine import PRESETS, load_machine
 from stochopt.durations import parse_duration
 from stochopt.errors import StochoptError
 from stochopt.leir.parser import parse
 from stochopt.leir.render import render
+from stochopt.machine import PRESETS, load_machine
 from stochopt.rundir import (
     BASELINE_LEIR,
     BEST_JSON,
@@ -215,7 +215,7 @@ def _versions() -> dict:
     import hypothesis
     import numpy
 
-    from stochopt import __version__
+    from stochopt.version import __version__
     return {"stochopt": __version__, "numpy": numpy.__version__,
             "hypothesis": hypothesis.__version__, "python": platform.python_version()}
 
@@ -338,7 +338,7 @@ def recheck_best(rd: Path, spec, machine, seed: int, baseline_text: str,
 def _run_machine(run: dict):
     if run["machine_name"] in PRESETS:
         return load_machine(run["machine_name"])
-    from stochopt.backend.machine import machine_from_dict
+    from stochopt.machine import machine_from_dict
     data = dict(run["machine"])
     data.pop("name", None)
     return machine_from_dict({**data, "name": run["machine_name"]}, run["machine_name"])

@@ -59,9 +59,8 @@ def connect(address: str):
                             hint=f"install it: {INSTALL}") from None
     if ray.is_initialized():
         return ray
-    import stochopt
     # the workers import stochopt from where this process does (a checkout, a venv)
-    root = str(Path(stochopt.__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     options = {"include_dashboard": False, "log_to_driver": False,
                "logging_level": logging.WARNING,

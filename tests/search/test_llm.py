@@ -14,9 +14,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from stochopt.backend.cost import cost  # noqa: E402
-from stochopt.backend.machine import load_machine  # noqa: E402
 from stochopt.llm.options import llm_options  # noqa: E402
 from stochopt.lower import lower  # noqa: E402
+from stochopt.machine import load_machine  # noqa: E402
 from stochopt.search.chain import Chain, ChainConfig  # noqa: E402
 from stochopt.search.llm_proposer import LLMProposer  # noqa: E402
 from stochopt.spec import load_spec  # noqa: E402

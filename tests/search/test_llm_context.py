@@ -17,7 +17,6 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from stochopt.backend.cost import cost  # noqa: E402
-from stochopt.backend.machine import load_machine  # noqa: E402
 from stochopt.llm.context import (  # noqa: E402
     TokenCounter,
     context_from_error,
@@ -30,6 +29,7 @@ from stochopt.llm.options import llm_options  # noqa: E402
 from stochopt.llm.prompt import LEVELS, PromptBuilder, load_templates  # noqa: E402
 from stochopt.llm.variants import FOCI, draw_variants, pick_failures  # noqa: E402
 from stochopt.lower import lower  # noqa: E402
+from stochopt.machine import load_machine  # noqa: E402
 from stochopt.search.chain import Chain, ChainConfig  # noqa: E402
 from stochopt.search.llm_proposer import GIVE_UP_AFTER, LLMProposer  # noqa: E402
 from stochopt.spec import load_spec  # noqa: E402

@@ -4,7 +4,6 @@ from pathlib import Path
 
 import pytest
 
-from stochopt.backend.machine import load_machine
 from stochopt.errors import ParseError, StochoptError
 from stochopt.llm.client import PRICES, _retry_after, price_of
 from stochopt.llm.options import llm_options
@@ -17,6 +16,7 @@ from stochopt.llm.prompt import (
     load_templates,
 )
 from stochopt.lower import lower
+from stochopt.machine import load_machine
 from stochopt.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,8 +10,8 @@ import pytest
 
 from stochopt import load_spec
 from stochopt.backend.cost import cost
-from stochopt.backend.machine import MNCORE2
 from stochopt.lower import lower
+from stochopt.machine import MNCORE2
 from stochopt.search.chain import Candidate, Chain, ChainConfig
 from stochopt.search.mutate import MOVES
 from stochopt.search.weights import check_move_weights, weighted_choice

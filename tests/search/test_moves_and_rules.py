@@ -8,11 +8,11 @@ import pytest
 from stochopt import load_spec
 from stochopt.backend.cost import cost
 from stochopt.backend.emulate import emulate
-from stochopt.backend.machine import MNCORE2
 from stochopt.errors import ConstraintError, StochoptError
 from stochopt.leir import check, parse, render
 from stochopt.leir.types import native_dtype
 from stochopt.lower import lower
+from stochopt.machine import MNCORE2
 from stochopt.search.mutate import MOVES
 from stochopt.search.rewrite import RULES, apply_rule
 from stochopt.verify import check as verify

@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from stochopt import load_spec
 from stochopt.backend.cost import cost, cycles
 from stochopt.backend.emulate import emulate
-from stochopt.backend.machine import MNCORE2
 from stochopt.errors import StochoptError
 from stochopt.leir import parse, render
 from stochopt.lower import lower
+from stochopt.machine import MNCORE2
 from stochopt.search import chain as chain_module
 from stochopt.search.chain import Candidate, Chain
 from stochopt.search.mutate import propose_mutation
