@@ -70,6 +70,8 @@ OnCorrect = Callable[[Kernel, int, dict], tuple[Kernel | None, dict | None]]
 
 
 class Chain:
+    """The walk: the current kernel and its cost, the random state, the MH decision."""
+
     def __init__(self, index: int, start: Kernel, proposer: Proposer, objective: Objective,
                  on_correct: OnCorrect, rng: random.Random, beta: float) -> None:
         self.index, self.proposer, self.objective = index, proposer, objective

@@ -38,6 +38,8 @@ class Restarts:
 
 
 class ChainRun:
+    """A chain and its proposer, cost function, full checks and restarts."""
+
     def __init__(self, index: int, spec: Spec, baseline: Kernel, baseline_cycles: int,
                  start: Kernel, machine, arms: list[str], seed: int,
                  config: ChainConfig | None = None, llm=None) -> None:

@@ -31,6 +31,8 @@ class Submission:
 
 
 class FullChecks:
+    """One chain's bar, its submissions and proofs, and the counterexamples it keeps."""
+
     def __init__(self, index: int, spec: Spec, baseline: Kernel, machine, screening,
                  seed: int, full_examples: int, best_cycles: int, best_text: str) -> None:
         self.index, self.spec, self.baseline, self.machine = index, spec, baseline, machine

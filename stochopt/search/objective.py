@@ -16,6 +16,8 @@ from stochopt.verify.check import check_signature
 
 
 class Objective:
+    """The cost of a kernel for one chain: its cycles against the baseline, its eq."""
+
     def __init__(self, spec: Spec, baseline: Kernel, baseline_cycles: int, machine,
                  screening, lam: float) -> None:
         self.spec, self.baseline, self.machine = spec, baseline, machine
