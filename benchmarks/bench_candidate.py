@@ -23,9 +23,10 @@ from pathlib import Path
 from bench_inner_loop import timings
 
 from stochopt.backend.cost import cost
-from stochopt.backend.machine import MNCORE2
 from stochopt.lower import lower
-from stochopt.search.chain import Chain, ChainConfig
+from stochopt.machine import MNCORE2
+from stochopt.search.chain import ChainConfig
+from stochopt.search.chain_run import ChainRun
 from stochopt.spec import load_spec
 from stochopt.verify import ScreeningSet, check
 
@@ -44,8 +45,8 @@ def timed(fn, repeat: int) -> list[float]:
 
 def chain_rate(spec, baseline, seconds: float, arms: list[str], seed: int,
                full_examples: int = 200) -> float:
-    chain = Chain(0, spec, baseline, cost(baseline, MNCORE2).cycles, baseline, MNCORE2,
-                  arms, seed, ChainConfig(full_examples=full_examples))
+    chain = ChainRun(0, spec, baseline, cost(baseline, MNCORE2).cycles, baseline, MNCORE2,
+                     arms, seed, ChainConfig(full_examples=full_examples))
     end = time.perf_counter() + seconds
     n = 0
     while time.perf_counter() < end:
@@ -55,7 +56,7 @@ def chain_rate(spec, baseline, seconds: float, arms: list[str], seed: int,
     if hasattr(screening, "hits"):  # the value caches (absent from older versions)
         print(f"    seed {seed}: {n / seconds:.0f}/s, screening verdicts from the cache "
               f"{screening.hits}/{screening.hits + screening.misses}, node values "
-              f"computed {screening.node_values.computed}, full checks {chain.full_checks}")
+              f"computed {screening.node_values.computed}, full checks {chain.checks.full_checks}")
     return n / seconds
 
 
@@ -69,14 +70,14 @@ def chain_steps(spec, baseline, steps: int, seed: int = 0) -> None:
     from dataclasses import replace
 
     from stochopt.leir.render import render
-    chain = Chain(0, spec, baseline, cost(baseline, MNCORE2).cycles, baseline, MNCORE2,
-                  ["mutate"], seed, ChainConfig())
-    chain.checks_elsewhere = True
+    chain = ChainRun(0, spec, baseline, cost(baseline, MNCORE2).cycles, baseline, MNCORE2,
+                     ["mutate"], seed, ChainConfig())
+    chain.checks.checks_elsewhere = True
     digest = hashlib.sha256()
     started = time.process_time()
     for _ in range(steps):
         event, _, _ = chain.step()
-        chain.submissions.clear()
+        chain.checks.submissions.clear()
         event.pop("seconds")
         digest.update(json.dumps(event, sort_keys=True, default=str).encode())
     cpu = time.process_time() - started
@@ -156,8 +157,8 @@ def main() -> None:
         full = timed(lambda s=spec, k=baseline: check(k, s, examples=200, baseline=k), 3)
         print(f"  full check (200 examples) {spread(full, 1, 's')}")
         if args.profile:
-            chain = Chain(0, spec, baseline, cost(baseline).cycles, baseline, MNCORE2,
-                          ["mutate"], 1, ChainConfig())
+            chain = ChainRun(0, spec, baseline, cost(baseline).cycles, baseline, MNCORE2,
+                             ["mutate"], 1, ChainConfig())
             prof = cProfile.Profile()
             prof.enable()
             end = time.perf_counter() + args.seconds

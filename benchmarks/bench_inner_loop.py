@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from stochopt.backend.cost import cost
-from stochopt.backend.machine import load_machine
 from stochopt.leir import check, parse
+from stochopt.machine import load_machine
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
 KERNELS = ("softmax_plain.leir", "softmax_fast.leir")

@@ -29,9 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from stochopt.durations import parse_duration  # noqa: E402
 from stochopt.lower.catalog import bundled_spec_paths  # noqa: E402
-from stochopt.search.budget import parse_duration  # noqa: E402
-from stochopt.search.rundir import read_events  # noqa: E402
+from stochopt.rundir import read_events  # noqa: E402
 
 METHODS = ("mutate", "greedy", "rewrite", "mixed")
 
@@ -68,7 +68,7 @@ def run_greedy(spec: Path, seed: int) -> dict:
         "from stochopt.lower import lower\n"
         "from stochopt.lower.roofline import spec_roofline\n"
         "from stochopt.backend.cost import cost\n"
-        "from stochopt.backend.machine import MNCORE2\n"
+        "from stochopt.machine import MNCORE2\n"
         "from stochopt.search.greedy import greedy_fixpoint\n"
         f"s = load_spec({str(spec)!r}); k = lower(s)\n"
         f"r = greedy_fixpoint(k, s, MNCORE2, seed={seed})\n"

@@ -27,9 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from stochopt.backend.cost import cost  # noqa: E402
-from stochopt.backend.machine import load_machine  # noqa: E402
 from stochopt.kernel_file import read_kernel_file  # noqa: E402
 from stochopt.lower.lowering import lower  # noqa: E402
+from stochopt.machine import load_machine  # noqa: E402
 from stochopt.search.greedy import greedy_fixpoint  # noqa: E402
 from stochopt.spec import load_spec  # noqa: E402
 

@@ -23,12 +23,12 @@ from pathlib import Path
 
 import openai
 
-from stochopt.backend.machine import load_machine
+from stochopt.llm.context import TokenCounter, reply_room
+from stochopt.llm.prompt import PromptBuilder, load_templates
 from stochopt.lower import lower
+from stochopt.machine import load_machine
 from stochopt.report.facts import run_facts
 from stochopt.search import optimize
-from stochopt.search.llm_context import TokenCounter, reply_room
-from stochopt.search.llm_prompt import PromptBuilder, load_templates
 from stochopt.spec import load_spec
 
 SPECS = Path(__file__).resolve().parents[1] / "specs"

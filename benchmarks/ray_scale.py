@@ -54,7 +54,7 @@ def _row(what: str, result, run_dir: Path) -> dict:
     """The run's rate over its whole budget, and its steady rate: candidates over the
     time from its first event to its last (without the setup and the start of the
     workers, which Ray makes longer and a long run does not notice)."""
-    from stochopt.search.rundir import read_events
+    from stochopt.rundir import read_events
     lines = read_events(run_dir / "events.jsonl")
     # a candidate a line each for the first 10,000, then per-minute aggregate lines too
     times = [e["t"] for e in lines if "outcome" in e] + \

@@ -8,11 +8,13 @@ import os
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
+# how kernels, verdicts and results show in Jupyter (stochopt/displayable.py's forms)
+import stochopt.notebook  # noqa: E402, F401
 from stochopt.api import load_kernel, optimize, run  # noqa: E402
 from stochopt.errors import ConstraintError, ParseError, StochoptError  # noqa: E402
 from stochopt.spec import Spec, TensorSpec, load_spec, spec, tensor  # noqa: E402
+from stochopt.version import __version__  # noqa: E402
 
-__version__ = "0.1.0"
 __all__ = ["lower", "run", "verify", "optimize", "report", "load_kernel", "spec", "tensor",
            "load_spec", "Spec", "TensorSpec", "StochoptError", "ParseError", "ConstraintError",
            "__version__"]

@@ -28,14 +28,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from stochopt.displayable import Displayable
 from stochopt.errors import StochoptError
-from stochopt.notebook import Displayable
+from stochopt.rundir import SPEC_PY
 from stochopt.spec import Spec, load_spec
 
 if TYPE_CHECKING:
     from stochopt.backend.cost import Profile
-    from stochopt.backend.machine import Machine
     from stochopt.leir.ir import Kernel
+    from stochopt.machine import Machine
     from stochopt.search.chain import ChainConfig
     from stochopt.search.driver import RunResult
     from stochopt.verify.check import Verdict
@@ -89,7 +90,7 @@ def as_spec(spec: SpecLike, name: str | None = None) -> Spec:
     if not _is_text(spec):
         return load_spec(spec, name)
     with tempfile.TemporaryDirectory(prefix="stochopt-spec-") as folder:
-        path = Path(folder) / "spec.py"
+        path = Path(folder) / SPEC_PY
         path.write_text(spec)
         loaded = load_spec(path, name)
     # the file is gone: a kernel lowered from it must not name it on its '# spec:' line
@@ -115,7 +116,7 @@ def spec_for_kernel(kernel: Kernel, spec: SpecLike | None, name: str | None = No
 
 
 def _machine(machine) -> Machine:
-    from stochopt.backend.machine import load_machine
+    from stochopt.machine import load_machine
     return load_machine(DEFAULT_MACHINE if machine is None else machine)
 
 
@@ -346,7 +347,7 @@ def _spec_file(spec: SpecLike | None, name: str | None, scratch: Path) -> tuple[
     if isinstance(spec, str | Path):
         if not _is_text(spec):
             return str(spec), name
-        path = scratch / "spec.py"
+        path = scratch / SPEC_PY
         path.write_text(spec)
         return str(path), name
     s = as_spec(spec, name)

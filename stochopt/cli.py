@@ -112,8 +112,8 @@ def run(ctx: click.Context, kernel_path: str, seed: int, show_profile: bool, as_
 def lower(spec_path: str, output: str | None, name: str | None, machine: str) -> None:
     """Lower a numpy spec to its plain baseline kernel."""
     from stochopt import api
-    from stochopt.backend.machine import load_machine
     from stochopt.leir import render
+    from stochopt.machine import load_machine
 
     m = load_machine(machine)
     kernel = api.lower(spec_path, name=name, machine=m)
@@ -135,8 +135,8 @@ def specs(as_json: bool, machine: str) -> None:
     from rich import box
     from rich.table import Table
 
-    from stochopt.backend.machine import load_machine
     from stochopt.lower.catalog import spec_table
+    from stochopt.machine import load_machine
 
     m = load_machine(machine)
     rows = spec_table(m)
@@ -324,9 +324,9 @@ def optimize(ctx, spec_path, budget, proposer, chains, ray_address, seed, init, 
 
     from stochopt import api
     from stochopt.cli_settings import sources
-    from stochopt.search.budget import process_start_time
+    from stochopt.durations import process_start_time
+    from stochopt.llm.options import describe
     from stochopt.search.display import progress_view, summary_lines
-    from stochopt.search.llm_options import describe
 
     if spec_path is None and resume is None:
         raise StochoptError("give a spec file, or --resume RUN_DIR")

@@ -60,10 +60,10 @@ def _check(settings: Settings, key: str, value, param: click.Option) -> None:
                              else None)
     try:
         if key == "budget":
-            from stochopt.search.budget import parse_duration
+            from stochopt.durations import parse_duration
             parse_duration(value)
         elif key == "machine":
-            from stochopt.backend.machine import load_machine
+            from stochopt.machine import load_machine
             load_machine(value)
         else:
             param.type.convert(value, param, None)

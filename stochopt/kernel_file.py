@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from stochopt.backend.machine import PRESETS, load_machine
 from stochopt.errors import StochoptError
 from stochopt.leir.parser import machine_of
+from stochopt.machine import PRESETS, load_machine
+from stochopt.rundir import RUN_JSON, SPEC_PY
 
 
 def read_kernel_text(path: str | Path) -> str:
@@ -49,7 +50,7 @@ def kernel_machine(path: str | Path, text: str, machine=None, fallback_machine=N
     """The machine a kernel file is for (see read_kernel_file)."""
     if machine is not None:
         return load_machine(machine)
-    run_json = Path(path).parent / "run.json"
+    run_json = Path(path).parent / RUN_JSON
     if run_json.is_file():  # a kernel in a run directory: the run's own machine
         from stochopt.report.facts import run_machine
 
@@ -81,12 +82,12 @@ def spec_for_kernel(kernel_path: str | Path, kernel, spec_path: str | None = Non
     if spec_path is not None:
         return load_spec(spec_path, name)
     folder = Path(kernel_path).parent
-    if (folder / "run.json").is_file() and (folder / "spec.py").is_file():
+    if (folder / RUN_JSON).is_file() and (folder / SPEC_PY).is_file():
         try:
-            name = name or json.loads((folder / "run.json").read_text()).get("name")
+            name = name or json.loads((folder / RUN_JSON).read_text()).get("name")
         except (OSError, ValueError, AttributeError):
             pass
-        return load_spec(folder / "spec.py", name)
+        return load_spec(folder / SPEC_PY, name)
     recorded = kernel.spec_path
     if recorded is None:
         raise StochoptError(f"{kernel_path} names no spec",

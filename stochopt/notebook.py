@@ -1,9 +1,10 @@
 """Jupyter: how kernels, verdicts, executions, run results and reports show themselves,
 and the live progress of optimize in a notebook.
 
-The core classes inherit Displayable, so this module imports nothing heavy at module
-level; the renderers are the report's (stochopt.report.html fragments, the terminal's
-rich tables exported as HTML), never a second copy.
+The core classes inherit Displayable (stochopt/displayable.py), whose forms this module
+registers. It imports nothing heavy at module level; the renderers are the report's
+(stochopt.report.html fragments, the terminal's rich tables exported as HTML), never a
+second copy.
 """
 
 from __future__ import annotations
@@ -14,28 +15,10 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from stochopt.displayable import RENDERERS
+
 LIVE_REFRESH_S = 0.5     # how often the notebook's live view is redrawn
 CALLBACK_EVERY_S = 0.25  # how often a progress callback is called at most
-
-
-class Displayable:
-    """Jupyter calls these when an object is the value of a cell."""
-
-    __slots__ = ()
-
-    def _repr_html_(self) -> str:
-        return _renderer(self, "html")(self)
-
-    def _repr_markdown_(self) -> str:
-        return _renderer(self, "markdown")(self)
-
-
-def _renderer(obj, form: str) -> Callable:
-    for cls in type(obj).__mro__:
-        found = _RENDERERS.get((cls.__name__, form))
-        if found is not None:
-            return found
-    raise TypeError(f"no {form} form for {type(obj).__name__}")
 
 
 # ---------------------------------------------------------------------------------
@@ -199,13 +182,13 @@ def report_markdown(facts) -> str:
             + "".join(f"\nnote: {n}\n" for n in facts["notes"]))
 
 
-_RENDERERS: dict[tuple[str, str], Callable] = {
+RENDERERS.update({
     ("Kernel", "html"): kernel_html, ("Kernel", "markdown"): kernel_markdown,
     ("Verdict", "html"): verdict_html, ("Verdict", "markdown"): verdict_markdown,
     ("Execution", "html"): execution_html, ("Execution", "markdown"): execution_markdown,
     ("RunResult", "html"): result_html, ("RunResult", "markdown"): result_markdown,
     ("Report", "html"): report_html, ("Report", "markdown"): report_markdown,
-}
+})
 
 
 # ---------------------------------------------------------------------------------

@@ -17,12 +17,12 @@ from __future__ import annotations
 from hypothesis import assume
 from hypothesis import strategies as st
 
-from stochopt.backend.machine import SMALL
 from stochopt.errors import ConstraintError
 from stochopt.leir.ir import Builder, Kernel
 from stochopt.leir.layout import LEVELS, Factor, Layout
 from stochopt.leir.rules import Const
 from stochopt.leir.types import TensorType
+from stochopt.machine import SMALL
 
 DIMS = (1, 2, 3, 4, 6, 8, 16)
 FLOATS = ("f32", "bf16")

@@ -334,6 +334,6 @@ def test_the_cli_prints_what_the_api_returns(kernel, tmp_path):
     assert json.loads(ran.output) == json.loads(json.dumps(expected))
     lowered = runner.invoke(main, ["lower", str(SOFTMAX), "--machine", SMALL])
     assert lowered.exit_code == 0
-    from stochopt.backend.machine import load_machine
+    from stochopt.machine import load_machine
 
     assert lowered.output == render(kernel, load_machine(SMALL))

@@ -14,9 +14,9 @@ from collections.abc import Iterable
 from math import ceil
 
 from stochopt.backend.cost import op_work, peak_rates, roofline_cycles, roofline_inputs
-from stochopt.backend.machine import Machine, load_machine
 from stochopt.leir.ir import Kernel
 from stochopt.leir.ops import CONTRACTION, ELEMENTWISE, OPS, REDUCTION
+from stochopt.machine import Machine, load_machine
 
 
 def least_op_cycles(op: str, machine: Machine) -> int:

@@ -15,11 +15,11 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from math import ceil
 
-from stochopt.backend.machine import Machine, load_machine
 from stochopt.backend.op_costs import DRAM_EXTENT, LINKS, RESOURCES, STORED_ONLY, Work
 from stochopt.errors import ConstraintError
 from stochopt.leir.ir import Kernel, op_of
 from stochopt.leir.rules import Const
+from stochopt.machine import Machine, load_machine
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,12 +12,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from stochopt.displayable import Displayable
 from stochopt.errors import ConstraintError, StochoptError
 from stochopt.leir import terms as T
 from stochopt.leir.ops import INPUT_OP, OPS, Op
 from stochopt.leir.rules import Const, check_local_memory
 from stochopt.leir.types import TensorType
-from stochopt.notebook import Displayable
 
 MAX_OPS = 10_000
 

@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from math import prod
 
 from stochopt.errors import ConstraintError
-
-LEVELS = ("L2B", "L1B", "MAB", "PE")  # the tree, outermost first
+from stochopt.machine import LEVELS  # the tree a layout spreads over (re-exported)
 
 
 @dataclass(frozen=True, slots=True)

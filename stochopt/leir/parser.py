@@ -32,6 +32,7 @@ from stochopt.leir.ops import (
 )
 from stochopt.leir.rules import Const
 from stochopt.leir.types import parse_signature
+from stochopt.machine import load_machine
 
 MAX_TEXT = 256 * 1024
 MAX_LINES = 2 * MAX_OPS  # a line makes at most one op outside loops; more lines is no kernel
@@ -71,8 +72,6 @@ def machine_of(text: str) -> str | None:
 
 def parse(text: str, machine=None) -> Kernel:
     """Parse kernel text into a checked Kernel for a machine (default mncore2)."""
-    from stochopt.backend.machine import load_machine
-
     machine = load_machine(machine)
     if not isinstance(text, str):
         raise ParseError(f"kernel text must be a string, got {type(text).__name__}")

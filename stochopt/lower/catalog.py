@@ -7,9 +7,9 @@ from math import prod
 from pathlib import Path
 
 from stochopt.backend.cost import cost
-from stochopt.backend.machine import load_machine
 from stochopt.lower.lowering import lower
 from stochopt.lower.roofline import spec_roofline
+from stochopt.machine import load_machine
 from stochopt.spec import load_spec
 
 

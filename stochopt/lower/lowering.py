@@ -11,7 +11,6 @@ from __future__ import annotations
 from math import prod
 
 from stochopt.backend.cost import peak_memory
-from stochopt.backend.machine import load_machine
 from stochopt.backend.op_costs import DRAM_EXTENT, load_cost, relayout_cost
 from stochopt.errors import ConstraintError, StochoptError
 from stochopt.leir.ir import Builder, Kernel, op_of
@@ -20,6 +19,7 @@ from stochopt.leir.rules import Const
 from stochopt.leir.types import TensorType, itemsize
 from stochopt.lower import layouts as L
 from stochopt.lower.trace import INIT_HINT, TNode, trace
+from stochopt.machine import load_machine
 from stochopt.spec import Spec
 
 ELEMENTWISE = {"neg", "abs", "exp", "log", "sqrt", "tanh", "reciprocal", "add", "sub", "mul",

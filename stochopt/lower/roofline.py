@@ -9,9 +9,9 @@ from math import prod
 
 from stochopt.backend.bound import bound_cycles, least_op_cycles
 from stochopt.backend.cost import peak_rates, roofline_cycles
-from stochopt.backend.machine import load_machine
 from stochopt.leir.types import itemsize
 from stochopt.lower.trace import TNode, trace
+from stochopt.machine import load_machine
 from stochopt.spec import Spec
 
 FREE_OPS = ("transpose", "reshape", "slice", "input")

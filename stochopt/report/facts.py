@@ -16,10 +16,24 @@ import time
 from array import array
 from pathlib import Path
 
+from stochopt.durations import format_duration
 from stochopt.errors import StochoptError
 from stochopt.report.credit import PathCredit
 from stochopt.report.llm_facts import llm_facts, llm_headline
 from stochopt.report.words import plural
+from stochopt.rundir import (
+    AGGREGATE,
+    BASELINE_LEIR,
+    BEST_JSON,
+    BEST_LEIR,
+    CHECKPOINT_JSON,
+    COUNTEREXAMPLES,
+    EVENTS_JSONL,
+    LLM_TRANSCRIPTS,
+    OUTCOMES,
+    RUN_JSON,
+    SPEC_PY,
+)
 
 RUNNING_WITHIN_S = 15.0   # a run whose files changed this recently is still going
 TIMELINE_BINS = 30        # bins of the acceptance-over-time series
@@ -32,25 +46,25 @@ def run_facts(run_dir: str | Path, now: float | None = None) -> dict:
     if not rd.exists():
         raise StochoptError(f"run directory {rd} does not exist",
                             hint="pass a directory written by stochopt optimize (runs/...)")
-    if not (rd / "run.json").is_file():
+    if not (rd / RUN_JSON).is_file():
         raise StochoptError(f"{rd} is not a run directory (no run.json)",
                             hint="pass a directory written by stochopt optimize")
     now = time.time() if now is None else now
-    run = _read_json(rd / "run.json")
+    run = _read_json(rd / RUN_JSON)
     if run.get("baseline_cycles") is None:  # optimize writes run.json before its setup
         raise StochoptError(f"run {rd} has not finished its setup (lowering the spec); it "
                             "is still starting, or was stopped then",
                             hint=f"wait a few seconds, or continue it with stochopt "
                             f"optimize --resume {rd}")
-    checkpoint = _read_json(rd / "checkpoint.json", missing={})
+    checkpoint = _read_json(rd / CHECKPOINT_JSON, missing={})
     notes: list[str] = []
     machine = _machine(run, notes)
     baseline_cycles = int(run["baseline_cycles"])
     start_cycles = _start_cycles(run, machine, baseline_cycles)
-    events = _read_events(rd / "events.jsonl", notes, start_cycles)
-    baseline_text = _read_text(rd / "baseline.leir")
-    best_text = _read_text(rd / "best.leir")
-    best_json = _read_json(rd / "best.json", missing={})
+    events = _read_events(rd / EVENTS_JSONL, notes, start_cycles)
+    baseline_text = _read_text(rd / BASELINE_LEIR)
+    best_text = _read_text(rd / BEST_LEIR)
+    best_json = _read_json(rd / BEST_JSON, missing={})
     baseline_profile = _profile(baseline_text, machine, None, run["baseline_cycles"], notes,
                                 "baseline.leir")
     best_profile = _profile(best_text, machine, best_json.get("profile"),
@@ -82,7 +96,7 @@ def run_facts(run_dir: str | Path, now: float | None = None) -> dict:
         "bound_cycles": run.get("bound_cycles"),
         "bound_share": _ratio(run["bound_cycles"], best_cycles) if run.get("bound_cycles")
         else None,
-        **verification, "best_path": str(rd / "best.leir"),
+        **verification, "best_path": str(rd / BEST_LEIR),
         # where and when the best was found, as long as best.json is about best.leir
         **{f"best_{k}": best_json.get(k) if verification["verification"] else None
            for k in ("source", "t", "chain")},
@@ -100,8 +114,8 @@ def run_facts(run_dir: str | Path, now: float | None = None) -> dict:
                                           "baseline.leir", "best.leir", lineterm="")),
         "unproved": _unproved(best_json, baseline_cycles, notes),
         "relies_on": _relies_on(rd, run, best_text, machine, best_error, notes),
-        "counterexamples": _count_files(rd / "counterexamples"),
-        "llm_transcripts": _count_files(rd / "llm"),
+        "counterexamples": _count_files(rd / COUNTEREXAMPLES),
+        "llm_transcripts": _count_files(rd / LLM_TRANSCRIPTS),
         "llm": llm_facts(rd, run),   # requests, prompt sizes, failures, variants
         "restarts": events["restarts"],  # chains started again after their node died (Ray)
         "notes": notes,
@@ -135,7 +149,6 @@ def format_usd(x: float) -> str:
 
 
 def format_seconds(x: float) -> str:
-    from stochopt.search.budget import format_duration
     return format_duration(x)
 
 
@@ -224,7 +237,6 @@ def _read_text(path: Path) -> str:
 
 def _read_events(path: Path, notes: list[str], start_cycles: int) -> dict:
     """Stream events.jsonl into totals; keep only what the charts need per event."""
-    from stochopt.search.chain import OUTCOMES
     credit = PathCredit(start_cycles)
     per = {"proposals": 0, "accepted": 0, "tokens": 0, "cost_usd": 0.0, "last_t": 0.0,
            "outcomes": dict.fromkeys(OUTCOMES, 0), "by_proposer": {}, "steps": credit.steps,
@@ -279,7 +291,7 @@ def _other_line(e: dict, per: dict) -> bool:
     if e.get("event") == "chain_restarted":
         per["restarts"].append({"t": float(e["t"]), "chain": e["chain"], "why": e["why"]})
         return True
-    if e.get("kind") != "aggregate":
+    if e.get("kind") != AGGREGATE:
         return False
     n, taken = int(e["candidates"]), int(e["taken"])
     per["proposals"] += n
@@ -300,7 +312,6 @@ def _other_line(e: dict, per: dict) -> bool:
 
 
 def _proposer_row() -> dict:
-    from stochopt.search.chain import OUTCOMES
     return {"proposals": 0, "outcomes": dict.fromkeys(OUTCOMES, 0), "accepted": 0,
             "improvements": 0, "cycles_saved": 0, "improvement_share": 0.0,
             "tokens": 0, "cost_usd": 0.0}
@@ -308,7 +319,7 @@ def _proposer_row() -> dict:
 
 def run_machine(run: dict):
     """The machine a run searched on, rebuilt from its run.json."""
-    from stochopt.backend.machine import PRESETS, machine_from_dict
+    from stochopt.machine import PRESETS, machine_from_dict
 
     name = run.get("machine_name") or run["machine"].get("name")
     if name in PRESETS:
@@ -336,11 +347,11 @@ def _relies_on(rd: Path, run: dict, best_text: str, machine, parse_error: str | 
     from stochopt.spec import load_spec
     from stochopt.verify import range_facts
 
-    if machine is None or parse_error is not None or not (rd / "spec.py").is_file():
+    if machine is None or parse_error is not None or not (rd / SPEC_PY).is_file():
         return None
     try:
         relies = range_facts(parse(best_text, machine),
-                             load_spec(rd / "spec.py", run.get("name"))).relies_on
+                             load_spec(rd / SPEC_PY, run.get("name"))).relies_on
     except StochoptError:
         return None
     for name, hazards in relies.items():
@@ -518,7 +529,7 @@ def _status(rd: Path, checkpoint: dict, now: float) -> str:
         return "finished"
     if checkpoint.get("stopped_by") == "interrupted":  # Ctrl-C or SIGTERM, checkpointed
         return "interrupted"
-    touched = [p.stat().st_mtime for p in (rd / "events.jsonl", rd / "checkpoint.json")
+    touched = [p.stat().st_mtime for p in (rd / EVENTS_JSONL, rd / CHECKPOINT_JSON)
                if p.exists()]
     return "running" if touched and now - max(touched) < RUNNING_WITHIN_S else "stopped"
 
@@ -538,7 +549,7 @@ def _check_trajectory(f: dict, rd: Path) -> None:
     last = f["improvements"][-1]["cycles"] if f["improvements"] else f["start_cycles"]
     if last < f["best_cycles"]:
         why = ("the final re-check failed (see counterexamples/recheck.npz)"
-               if (rd / "counterexamples" / "recheck.npz").exists()
+               if (rd / COUNTEREXAMPLES / "recheck.npz").exists()
                else "the run stopped before it was written")
         f["notes"].append(f"the events record a best of {last} cycles that best.leir does "
                           f"not hold: {why}")

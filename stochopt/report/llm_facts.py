@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from stochopt.rundir import LLM_TRANSCRIPTS
+
 TAKEN = ("accepted", "best")
 
 
 def llm_facts(rd: Path, run: dict) -> dict | None:
     """The LLM facts of run directory ``rd`` (None when the run had no LLM)."""
-    transcripts = _transcripts(rd / "llm")
+    transcripts = _transcripts(rd / LLM_TRANSCRIPTS)
     if not transcripts and not run.get("llm"):
         return None
     ok = [t for t in transcripts if t.get("status") == "ok"]

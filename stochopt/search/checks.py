@@ -31,8 +31,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stochopt.backend.machine import load_machine
 from stochopt.leir.parser import parse
+from stochopt.machine import load_machine
+from stochopt.rundir import COUNTEREXAMPLES
 
 START = "start"  # the check id of the starting kernel's own check
 LOWERING = "lowering"  # best.json's "proof" of a start that is the spec's lowering: none
@@ -142,7 +143,7 @@ def _check_loop(job: CheckerJob, inbox, outbox, stop, parent) -> None:
         path = None
         if verdict.counterexample is not None:
             path = verdict.counterexample.save(
-                Path(job.run_dir) / "counterexamples" / f"check-{check_id}.npz")
+                Path(job.run_dir) / COUNTEREXAMPLES / f"check-{check_id}.npz")
         facts = verdict.to_json()
         if verdict.counterexample is not None:
             facts["description"] = verdict.counterexample.describe()

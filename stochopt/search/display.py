@@ -6,7 +6,8 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from stochopt.search.budget import format_duration
+from stochopt.durations import format_duration
+from stochopt.rundir import LIVE_OUTCOMES
 
 
 def progress_view(s: dict) -> Group:
@@ -27,12 +28,11 @@ def progress_view(s: dict) -> Group:
     if s["tokens"]:
         best.append(f"   {s['tokens']} tokens, ${s['cost_usd']:.4f}")
     table = Table(box=None, pad_edge=False, show_header=True)
-    outcomes = ("parse_error", "invalid", "wrong", "rejected", "accepted", "best")  # live
     table.add_column("proposer")
-    for o in outcomes:
+    for o in LIVE_OUTCOMES:
         table.add_column(o, justify="right")
     for name, counts in sorted(s["by_proposer"].items()):
-        table.add_row(name, *(str(counts.get(o, 0)) for o in outcomes))
+        table.add_row(name, *(str(counts.get(o, 0)) for o in LIVE_OUTCOMES))
     parts = [head, best, table]
     for err in s.get("errors", [])[-3:]:
         parts.append(Text(f"error: {err}", style="red"))

@@ -21,13 +21,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from stochopt.backend.cost import cost
+from stochopt.displayable import Displayable
 from stochopt.errors import StochoptError
 from stochopt.leir.parser import parse
 from stochopt.leir.render import render
-from stochopt.notebook import Displayable
-from stochopt.search.chain import Chain, ChainConfig
+from stochopt.rundir import CHECKPOINT_JSON, COUNTEREXAMPLES, read_json, write_json
+from stochopt.search.chain import ChainConfig
+from stochopt.search.chain_run import ChainRun
 from stochopt.search.checks import WorkerJob
-from stochopt.search.rundir import read_json, write_json
 
 FLUSH_S = 0.25
 STATE_S = 5.0
@@ -73,42 +74,42 @@ def _work(job: Job, outbox, inbox, stop, parent, llm_gate=None) -> None:
     start = parse(job.start_text, machine)
     llm = None
     if "llm" in job.arms and job.llm:
-        from stochopt.search.llm import LLMProposer
+        from stochopt.search.llm_proposer import LLMProposer
         llm = LLMProposer.from_job(job, spec, machine, stop)
         llm.gate = llm_gate
-    chain = Chain(job.index, spec, baseline, cost(baseline, machine).cycles, start, machine,
-                  job.arms, job.seed, ChainConfig(**job.config), llm)
-    chain.counterexample_dir = Path(job.run_dir) / "counterexamples"
-    chain.checks_elsewhere = job.checks_in_pool
+    run = ChainRun(job.index, spec, baseline, cost(baseline, machine).cycles, start, machine,
+                   job.arms, job.seed, ChainConfig(**job.config), llm)
+    run.checks.counterexample_dir = Path(job.run_dir) / COUNTEREXAMPLES
+    run.checks.checks_elsewhere = job.checks_in_pool
     if job.state:
-        chain.restore(job.state)
+        run.restore(job.state)
     global_best = None
     events: list[dict] = []
     last_flush = last_state = last_heard = time.time()
-    deadline_mono = time.monotonic() + (job.deadline - time.time())
-    global_best = _hear(chain, inbox, global_best)
+    run.checks.deadline = time.monotonic() + (job.deadline - time.time())
+    global_best = _hear(run, inbox, global_best)
     while not stop.is_set() and time.time() < job.deadline:
-        if job.max_proposals is not None and chain.proposals >= job.max_proposals:
+        if job.max_proposals is not None and run.chain.proposals >= job.max_proposals:
             break
         if time.time() - last_heard > HEAR_S:
-            global_best = _hear(chain, inbox, global_best)
+            global_best = _hear(run, inbox, global_best)
             last_heard = time.time()
-        event, best, facts = chain.step(deadline_mono)
+        event, best, facts = run.step()
         event["t"] = round(time.time() - job.t0, 4)
-        for sub in chain.submissions:  # the main process holds its event until the verdict
+        submissions = run.checks.submissions
+        for sub in submissions:  # the main process holds its event until the verdict
             outbox.put(("candidate", job.index, sub.check_id, render(sub.kernel), sub.cycles,
                         sub.seed, dict(event)))
-        if chain.submissions:
-            chain.submissions.clear()
+        if submissions:
+            submissions.clear()
         else:
             events.append(event)
         if best is not None:
             outbox.put(("events", job.index, events))
             events = []
-            outbox.put(("best", job.index, render(best), chain.best_cycles, facts))
-        if event.pop("restart", False):
-            chain.set_current(parse(global_best, machine) if global_best else chain.current)
-            chain.since_improvement = 0
+            outbox.put(("best", job.index, render(best), run.checks.best_cycles, facts))
+        if run.restarts.due:  # no new best for a while: back to the global best
+            run.restart_from(parse(global_best, machine) if global_best else run.current)
             event["restarted_from_best"] = True
         now = time.time()
         if now - last_flush > FLUSH_S:
@@ -117,25 +118,25 @@ def _work(job: Job, outbox, inbox, stop, parent, llm_gate=None) -> None:
             if os.getppid() != parent:  # the parent was killed: nobody is listening
                 return
         if now - last_state > job.state_every_s:
-            outbox.put(("state", job.index, chain.state()))
+            outbox.put(("state", job.index, run.state()))
             last_state = now
     if llm is not None:
         llm.close()
     outbox.put(("events", job.index, events))
-    outbox.put(("state", job.index, chain.state()))
+    outbox.put(("state", job.index, run.state()))
 
 
-def _hear(chain: Chain, inbox, global_best: str | None) -> str | None:
+def _hear(run: ChainRun, inbox, global_best: str | None) -> str | None:
     """Take what the main process said since the last step; the restart point."""
     try:
         while True:
             message = inbox.get_nowait()
             if message[0] == "best":
                 _, text, cycles, proved = message
-                if chain.hear_best(text, cycles, proved):
+                if run.checks.hear_best(text, cycles, proved):
                     global_best = text
             elif message[0] == "refuted":
-                chain.refuted(message[1])
+                run.checks.refuted(message[1])
     except queue.Empty:
         pass
     return global_best
@@ -184,7 +185,7 @@ def start_workers(jobs: list[Job], outbox):
 
 
 def load_checkpoint(run_dir: Path) -> dict:
-    path = run_dir / "checkpoint.json"
+    path = run_dir / CHECKPOINT_JSON
     if not path.is_file():
         raise StochoptError(f"{run_dir} has no checkpoint.json",
                             hint="--resume takes a run directory made by stochopt optimize")
@@ -192,4 +193,4 @@ def load_checkpoint(run_dir: Path) -> dict:
 
 
 def save_checkpoint(run_dir: Path, data: dict) -> None:
-    write_json(run_dir / "checkpoint.json", data)
+    write_json(run_dir / CHECKPOINT_JSON, data)

@@ -38,6 +38,8 @@ import os
 import re
 from pathlib import Path
 
+from stochopt.rundir import AGGREGATE
+
 INTERVAL_S = 60.0
 FULL_DETAIL_EVENTS = 10_000
 FULL_DETAIL_BYTES = 4_000_000
@@ -215,7 +217,7 @@ class _Aggregate:
             self.cycles[bucket] = self.cycles.get(bucket, 0) + 1
 
     def line(self) -> dict:
-        return {"kind": "aggregate", "t0": round(self.t0, 4), "t1": round(self.t1, 4),
+        return {"kind": AGGREGATE, "t0": round(self.t0, 4), "t1": round(self.t1, 4),
                 "candidates": self.candidates, "taken": self.taken, "tokens": self.tokens,
                 "cost_usd": round(self.cost_usd, 6), "chains": self.chains,
                 "outcomes": self.outcomes, "cycles": self.cycles}

@@ -9,16 +9,30 @@ import time
 from pathlib import Path
 
 from stochopt.backend.cost import cost, roofline_of_kernel
-from stochopt.backend.machine import PRESETS, load_machine
+from stochopt.durations import parse_duration
 from stochopt.errors import StochoptError
 from stochopt.leir.parser import parse
 from stochopt.leir.render import render
-from stochopt.search.budget import parse_duration
+from stochopt.machine import PRESETS, load_machine
+from stochopt.rundir import (
+    BASELINE_LEIR,
+    BEST_JSON,
+    BEST_LEIR,
+    CHECKPOINT_JSON,
+    COUNTEREXAMPLES,
+    RUN_JSON,
+    SPEC_PY,
+    UNPROVED_LEIR,
+    atomic_write,
+    copy_spec,
+    new_run_dir,
+    read_json,
+    write_json,
+)
 from stochopt.search.chain import ChainConfig
 from stochopt.search.checks import LOWERING
 from stochopt.search.driver import RunResult, load_checkpoint, save_checkpoint
 from stochopt.search.proposers import check_proposer
-from stochopt.search.rundir import atomic_write, copy_spec, new_run_dir, read_json, write_json
 from stochopt.search.supervisor import supervise
 from stochopt.search.weights import check_move_weights
 from stochopt.spec import load_spec
@@ -71,7 +85,7 @@ def optimize(spec_path: str | None = None, *, budget: str | float = "10m",
         raise StochoptError(f"max_proposals must be a positive integer, got {max_proposals!r}")
     if max_cost is not None and not max_cost > 0:
         raise StochoptError(f"max_cost must be positive, got {max_cost!r}")
-    from stochopt.search.llm_options import llm_options
+    from stochopt.llm.options import llm_options
     llm = llm_options(llm, max_cost)  # defaults filled, every value and template checked
     arms = check_proposer(proposer, llm_available=llm is not None)
     config = config or ChainConfig()
@@ -92,7 +106,7 @@ def optimize(spec_path: str | None = None, *, budget: str | float = "10m",
            "llm": _public_llm(llm), "roofline_cycles": None, "baseline_cycles": None,
            "bound_cycles": None, "started": started, "versions": _versions(),
            "host": platform.node(), "settings": settings, "ray": ray}
-    write_json(rd / "run.json", run)
+    write_json(rd / RUN_JSON, run)
     try:
         state, start_text, baseline_text = _setup(rd, run, spec, m, started)
     except StochoptError:
@@ -124,7 +138,7 @@ def _setup(rd: Path, run: dict, spec, m, started: float) -> tuple[dict, str, str
     roof, bound = _roofline(spec, m, baseline)
     run.update(roofline_cycles=roof, bound_cycles=bound,
                baseline_cycles=cost(baseline, m).cycles)
-    atomic_write(rd / "baseline.leir", baseline_text)
+    atomic_write(rd / BASELINE_LEIR, baseline_text)
     if run["init"] is None:
         # the start is the spec's own lowering: the baseline every full check measures
         # candidates against. Checking it against itself would prove nothing about the
@@ -140,7 +154,7 @@ def _setup(rd: Path, run: dict, spec, m, started: float) -> tuple[dict, str, str
         _write_best(rd, start, spec, None if verdict.interrupted else verdict, m, "start")
     else:
         _write_best(rd, start, spec, None, m, "start")  # proved by the pool, soon
-    write_json(rd / "run.json", run)
+    write_json(rd / RUN_JSON, run)
     state = {"elapsed_s": round(time.time() - started, 3), "proposals": 0, "chains": [],
              "finished": False, "best_cycles": cost(start, m).cycles, "tokens": 0,
              "cost_usd": 0.0}
@@ -201,7 +215,7 @@ def _versions() -> dict:
     import hypothesis
     import numpy
 
-    from stochopt import __version__
+    from stochopt.version import __version__
     return {"stochopt": __version__, "numpy": numpy.__version__,
             "hypothesis": hypothesis.__version__, "python": platform.python_version()}
 
@@ -222,8 +236,8 @@ def _write_best(rd: Path, kernel, spec, verdict, machine, source: str, t: float 
                      certificate=certificate(kernel, spec, _as_verdict(verdict), machine))
     if recheck is not None:
         facts["recheck"] = recheck
-    write_json(rd / "best.json", facts)
-    atomic_write(rd / "best.leir", render(kernel, machine))
+    write_json(rd / BEST_JSON, facts)
+    atomic_write(rd / BEST_LEIR, render(kernel, machine))
 
 
 def _as_verdict(v):
@@ -237,27 +251,27 @@ def _as_verdict(v):
 def write_unproved(rd: Path, found: dict, proved_cycles: int) -> dict:
     """A faster kernel whose full check did not finish: unproved.leir, and a record in
     best.json saying how to prove it (best.leir stays the proved best)."""
-    atomic_write(rd / "unproved.leir", found["text"])
-    record = {"cycles": found["cycles"], "path": str(rd / "unproved.leir"),
+    atomic_write(rd / UNPROVED_LEIR, found["text"])
+    record = {"cycles": found["cycles"], "path": str(rd / UNPROVED_LEIR),
               "chain": found["chain"], "t": found["t"], "why": found["why"],
               "prove": f"stochopt verify {rd / 'unproved.leir'} --spec {rd / 'spec.py'}",
               "proved_best_cycles": proved_cycles}
-    best = read_json(rd / "best.json")
-    write_json(rd / "best.json", {**best, "unproved": record})
+    best = read_json(rd / BEST_JSON)
+    write_json(rd / BEST_JSON, {**best, "unproved": record})
     return record
 
 
 def _resume(rd: Path, progress, started: float, ray: str | None = None) -> RunResult:
-    if not (rd / "run.json").is_file():
+    if not (rd / RUN_JSON).is_file():
         raise StochoptError(f"{rd} is not a run directory (no run.json)")
-    run = read_json(rd / "run.json")
+    run = read_json(rd / RUN_JSON)
     if ray is not None:  # the same run on another cluster, or on this machine ("none")
         run["ray"] = None if ray == "none" else ray
-        write_json(rd / "run.json", run)
-    finished = (rd / "checkpoint.json").is_file() and load_checkpoint(rd).get("finished")
+        write_json(rd / RUN_JSON, run)
+    finished = (rd / CHECKPOINT_JSON).is_file() and load_checkpoint(rd).get("finished")
     if not finished and run.get("baseline_cycles") is None:  # stopped during its setup
         m = _run_machine(run)
-        spec = load_spec(rd / "spec.py", run.get("name"))
+        spec = load_spec(rd / SPEC_PY, run.get("name"))
         state, start_text, baseline_text = _setup(rd, run, spec, m, started)
         return supervise(rd, run, state, start_text, baseline_text, run.get("llm"), progress,
                          started, 0.0)
@@ -268,8 +282,8 @@ def _resume(rd: Path, progress, started: float, ray: str | None = None) -> RunRe
                             f"{rd / 'spec.py'} --init {rd / 'best.leir'} --budget 10m")
     if state["elapsed_s"] >= run["budget_s"]:
         raise StochoptError(f"run {rd} has no budget left")
-    return supervise(rd, run, state, (rd / "best.leir").read_text(),
-                     (rd / "baseline.leir").read_text(), run.get("llm"), progress, started,
+    return supervise(rd, run, state, (rd / BEST_LEIR).read_text(),
+                     (rd / BASELINE_LEIR).read_text(), run.get("llm"), progress, started,
                      state["elapsed_s"])
 
 
@@ -280,7 +294,7 @@ def recheck_best(rd: Path, spec, machine, seed: int, baseline_text: str,
     fastest earlier best that passes the same re-check takes its place (else the
     baseline), so that best.leir keeps its promise; the returned note says so.
     ``deadline`` (time.monotonic) bounds it: a re-check cut short is recorded as such."""
-    best = read_json(rd / "best.json")
+    best = read_json(rd / BEST_JSON)
     if best.get("source") == "start" or "recheck" in best:
         return None
     baseline = parse(baseline_text, machine)
@@ -290,18 +304,18 @@ def recheck_best(rd: Path, spec, machine, seed: int, baseline_text: str,
         return check(kernel, spec, machine=machine, baseline=baseline, seed=seed,
                      deadline=deadline)
 
-    verdict = recheck(parse((rd / "best.leir").read_text(), machine))
+    verdict = recheck(parse((rd / BEST_LEIR).read_text(), machine))
     if verdict.interrupted:
-        write_json(rd / "best.json", {**best, "recheck": {
+        write_json(rd / BEST_JSON, {**best, "recheck": {
             "finished": False, "seed": seed, "examples_done": verdict.examples}})
         return ("the final re-check of the best kernel did not finish within the budget; "
                 f"run it with: stochopt verify {rd / 'best.leir'} --spec {rd / 'spec.py'} "
                 f"--seed {seed}")
     if verdict.equivalent:
-        write_json(rd / "best.json", {**best, "recheck": verdict.to_json()})
+        write_json(rd / BEST_JSON, {**best, "recheck": verdict.to_json()})
         return None
     bad = verdict.counterexample
-    bad.save(rd / "counterexamples" / "recheck.npz")
+    bad.save(rd / COUNTEREXAMPLES / "recheck.npz")
     failed = f"the best kernel ({best['cycles']} cycles) failed its final re-check: " \
              f"{bad.describe()}; the failing input is in {bad.path}"
     for entry in sorted(earlier, key=lambda e: e["cycles"]):
@@ -324,7 +338,7 @@ def recheck_best(rd: Path, spec, machine, seed: int, baseline_text: str,
 def _run_machine(run: dict):
     if run["machine_name"] in PRESETS:
         return load_machine(run["machine_name"])
-    from stochopt.backend.machine import machine_from_dict
+    from stochopt.machine import machine_from_dict
     data = dict(run["machine"])
     data.pop("name", None)
     return machine_from_dict({**data, "name": run["machine_name"]}, run["machine_name"])

@@ -24,6 +24,8 @@ import tempfile
 from collections import deque
 from pathlib import Path
 
+from stochopt.rundir import COUNTEREXAMPLES, SPEC_PY
+
 SHIPPED = ("counterexamples", "llm")  # the folders of a chain's files the driver keeps
 
 
@@ -194,8 +196,8 @@ class ChainActor:
         from stochopt.search.driver import _work
         threadpool_limits(1)
         scratch = Path(tempfile.mkdtemp(prefix=f"stochopt-chain{job.index}-"))
-        (scratch / "counterexamples").mkdir()
-        (scratch / "spec.py").write_text(spec_text)
+        (scratch / COUNTEREXAMPLES).mkdir()
+        (scratch / SPEC_PY).write_text(spec_text)
         link = Link(coordinator, job.index, scratch)
         try:
             state = job.state
@@ -203,7 +205,7 @@ class ChainActor:
                 state = {**state, "counterexamples": link.materialize(
                     [f"counterexamples/{Path(p).name}"
                      for p in state.get("counterexamples", [])])}
-            job = replace(job, run_dir=str(scratch), spec_path=str(scratch / "spec.py"),
+            job = replace(job, run_dir=str(scratch), spec_path=str(scratch / SPEC_PY),
                           state=state)
             _work(job, link, link, link, os.getppid(), llm_gate=link)
         except BaseException as e:  # a dying chain must say why, never hang the run

@@ -59,9 +59,8 @@ def connect(address: str):
                             hint=f"install it: {INSTALL}") from None
     if ray.is_initialized():
         return ray
-    import stochopt
     # the workers import stochopt from where this process does (a checkout, a venv)
-    root = str(Path(stochopt.__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
     options = {"include_dashboard": False, "log_to_driver": False,
                "logging_level": logging.WARNING,
@@ -157,7 +156,7 @@ class RayExecutor:
             return None
 
     def _drain(self) -> None:
-        from stochopt.search.rundir import atomic_write_bytes
+        from stochopt.rundir import atomic_write_bytes
         if self.stop_requested and not self.stop_sent:
             self.coordinator.stop.remote()
             self.stop_sent, self.stop_sent_at = True, time.monotonic()

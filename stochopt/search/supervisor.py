@@ -20,11 +20,11 @@ from pathlib import Path
 
 from stochopt.errors import StochoptError
 from stochopt.leir.parser import parse
+from stochopt.rundir import BEST_JSON, BEST_LEIR, EVENTS_JSONL, SPEC_PY, read_json, write_json
 from stochopt.search.checks import LOWERING, START, CheckerJob, CheckPool, Pending
 from stochopt.search.driver import Job, RunResult, save_checkpoint
 from stochopt.search.event_log import BoundedEventLog
 from stochopt.search.executor import make_executor
-from stochopt.search.rundir import read_json, write_json
 from stochopt.search.stats import RunStats
 from stochopt.search.values import Proofs
 
@@ -51,7 +51,7 @@ def supervise(rd: Path, run: dict, state: dict, start_text: str, baseline_text: 
     from stochopt.spec import load_spec
 
     machine = _run_machine(run)
-    spec = load_spec(rd / "spec.py", run.get("name"))
+    spec = load_spec(rd / SPEC_PY, run.get("name"))
     # the run's clock started when this session did, less the sessions before a resume
     t0 = started - previous_s
     deadline = t0 + run["budget_s"]
@@ -59,7 +59,7 @@ def supervise(rd: Path, run: dict, state: dict, start_text: str, baseline_text: 
     quota = _quotas(run["max_proposals"], run["chains"])
     previous = {c["index"]: c for c in state.get("chains", [])}
     workers = run.get("check_workers", 0)
-    jobs = [Job(i, str(rd), str(rd / "spec.py"), run.get("name"), machine, baseline_text,
+    jobs = [Job(i, str(rd), str(rd / SPEC_PY), run.get("name"), machine, baseline_text,
                 start_text, run["seed"] * 1000 + i, run["arms"], run["config"], t0, deadline,
                 quota[i], previous.get(i), llm, checks_in_pool=workers > 0)
             for i in range(run["chains"])]
@@ -73,7 +73,7 @@ def supervise(rd: Path, run: dict, state: dict, start_text: str, baseline_text: 
     if workers:
         examples = run["config"].get("full_examples", 200)
         run_state.pool = CheckPool(context, [
-            CheckerJob(i, str(rd), str(rd / "spec.py"), run.get("name"), machine,
+            CheckerJob(i, str(rd), str(rd / SPEC_PY), run.get("name"), machine,
                        baseline_text, examples, deadline) for i in range(workers)], outbox)
         run_state.queue_start_and_pending(start_text)
     stopped = {"signal": None, "why": "budget"}
@@ -149,15 +149,15 @@ class _RunState:
         self.rd, self.run, self.spec, self.machine = rd, run, spec, machine
         self.deadline = deadline
         self.stats = RunStats(run, state, t0)
-        self.log = BoundedEventLog(rd / "events.jsonl")
+        self.log = BoundedEventLog(rd / EVENTS_JSONL)
         self.chain_states = {c["index"]: c for c in state.get("chains", [])}
         self.saved_pending = [Pending.from_json(p) for p in state.get("pending", [])]
         self.pool: CheckPool | None = None
         self.executor = None   # where the chains run (stochopt/search/executor.py)
-        best = read_json(rd / "best.json")
+        best = read_json(rd / BEST_JSON)
         proved = best.get("verdict") is not None or best.get("proof") == LOWERING
         self.proved_cycles: float = best["cycles"] if proved else math.inf
-        self.proved_text = (rd / "best.leir").read_text()
+        self.proved_text = (rd / BEST_LEIR).read_text()
         self.start_cycles = best["cycles"]
         self.announced: tuple[int, str] | None = None
         self.unproved: list[dict] = []   # candidates whose check was cut by the deadline
@@ -277,9 +277,9 @@ class _RunState:
     def _start_verdict(self, pending: Pending, facts: dict, interrupted: bool) -> None:
         from stochopt.search.optimize import _write_best
         if interrupted:
-            best = read_json(self.rd / "best.json")
+            best = read_json(self.rd / BEST_JSON)
             if best.get("source") == "start":
-                write_json(self.rd / "best.json", {**best, "proof": "unfinished"})
+                write_json(self.rd / BEST_JSON, {**best, "proof": "unfinished"})
         elif not facts["equivalent"]:
             self.fatal = (f"the starting kernel is not equivalent to spec {self.spec.name}: "
                           f"{facts.get('description')}",
@@ -364,12 +364,12 @@ class _RunState:
                                 deadline=time.monotonic() + max(0.0, left))
             if note:
                 self.stats.notes.append(note)
-                self.stats.best_cycles = read_json(self.rd / "best.json")["cycles"]
+                self.stats.best_cycles = read_json(self.rd / BEST_JSON)["cycles"]
         return self._result(why, signum)
 
     def _result(self, why: str, signum: int | None) -> RunResult:
         from stochopt.search.optimize import write_unproved
-        best = read_json(self.rd / "best.json")
+        best = read_json(self.rd / BEST_JSON)
         found = min(self.unproved, key=lambda u: u["cycles"], default=None)
         record = None
         if found is not None and found["cycles"] < best["cycles"]:
@@ -383,7 +383,7 @@ class _RunState:
         return RunResult(
             str(self.rd), run["spec"], self.machine.name, base, best["cycles"],
             round(base / best["cycles"], 4), roof, round(roof / best["cycles"], 4),
-            str(self.rd / "best.leir"), stats.proposals, stats.accepted,
+            str(self.rd / BEST_LEIR), stats.proposals, stats.accepted,
             lowering or (best.get("verdict") is not None and bool(best["verdict"]["equivalent"])),
             round(stats.elapsed(), 2), run["budget_s"], why, stats.tokens,
             round(stats.cost_usd, 6), list(stats.errors), list(stats.notes),

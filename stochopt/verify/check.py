@@ -20,11 +20,11 @@ import numpy as np
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 
 from stochopt.backend.emulate import check_emulation_memory, emulate
-from stochopt.backend.machine import load_machine
+from stochopt.displayable import Displayable
 from stochopt.errors import StochoptError
 from stochopt.leir.ir import Kernel
 from stochopt.leir.render import render
-from stochopt.notebook import Displayable
+from stochopt.machine import load_machine
 from stochopt.spec import Spec
 from stochopt.verify.climb import climb
 from stochopt.verify.compare import (
@@ -369,7 +369,7 @@ def sha256_text(text: str) -> str:
 
 def certificate(kernel: Kernel, spec: Spec, verdict: Verdict, machine=None) -> dict:
     """The record that a kernel was checked: what, against what, how hard, how close."""
-    from stochopt import __version__
+    from stochopt.version import __version__
     machine = load_machine(machine)
     return {
         "spec": spec.name, "spec_sha256": sha256_text(spec.source),

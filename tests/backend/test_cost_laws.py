@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 from stochopt.backend.bound import bound_of_kernel
 from stochopt.backend.cost import cost, peak_rates, roofline_of_kernel
-from stochopt.backend.machine import MNCORE2, SMALL
 from stochopt.backend.op_costs import DRAM_EXTENT, LINKS, lanes
 from stochopt.errors import ConstraintError
 from stochopt.leir.ir import Builder, build
@@ -18,6 +17,7 @@ from stochopt.leir.layout import Factor, Layout
 from stochopt.leir.ops import OPS
 from stochopt.leir.rules import Const
 from stochopt.leir.types import TensorType
+from stochopt.machine import MNCORE2, SMALL
 from tests.strategies import kernels, layouts
 
 BIG_DIMS = (8, 16, 32, 64, 128)

@@ -7,9 +7,9 @@ import pytest
 
 from stochopt.backend.bound import bound_of_kernel
 from stochopt.backend.cost import cost, roofline_of_kernel
-from stochopt.backend.machine import MNCORE2
 from stochopt.leir import parse
 from stochopt.lower.catalog import spec_table
+from stochopt.machine import MNCORE2
 
 ROOT = Path(__file__).resolve().parents[2]
 N = 1 << 20  # vector_add's length

@@ -1,7 +1,6 @@
 """Each cost rule against numbers worked by hand from docs/machine.md (mncore2 unless
 said otherwise)."""
 
-from stochopt.backend.machine import MNCORE2, SMALL
 from stochopt.backend.op_costs import (
     FREE,
     Work,
@@ -17,6 +16,7 @@ from stochopt.leir.ir import Builder
 from stochopt.leir.layout import parse_layout
 from stochopt.leir.ops import OPS
 from stochopt.leir.types import TensorType
+from stochopt.machine import MNCORE2, SMALL
 
 ROWS = "(128,1024)/((8_L2B,16_MAB),(1024))"
 SPREAD_ROWS = "(128,1024)/((8_L2B,16_MAB),(8_L1B,4_PE,32))"

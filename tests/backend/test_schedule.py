@@ -7,10 +7,10 @@ import pytest
 from click.testing import CliRunner
 
 from stochopt.backend.cost import cost, peak_memory, roofline_of_kernel
-from stochopt.backend.machine import SMALL
 from stochopt.cli import main
 from stochopt.errors import ConstraintError
 from stochopt.leir import parse
+from stochopt.machine import SMALL
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "docs" / "examples"

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from stochopt.backend.machine import MNCORE2, SMALL
 from stochopt.leir import DTYPES, LEVELS, OPS, parse
 from stochopt.leir.ir import MAX_OPS
 from stochopt.leir.ops import REQUIRED
 from stochopt.leir.parser import MAX_DEPTH, MAX_STEPS, MAX_TEXT, MAX_TRIP
+from stochopt.machine import MNCORE2, SMALL
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "leir.md").read_text()
 

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stochopt.backend.machine import MNCORE2, SMALL
 from stochopt.errors import ConstraintError
 from stochopt.leir import LEVELS, Factor, Layout, parse, parse_layout
 from stochopt.leir.layout import check_layout, simple_layout
+from stochopt.machine import MNCORE2, SMALL
 from tests.strategies import layouts
 
 SHAPES = st.lists(st.sampled_from([1, 2, 3, 4, 6, 8, 16, 32]), min_size=1, max_size=4).map(tuple)

@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from stochopt.backend.emulate import emulate, random_inputs
-from stochopt.backend.machine import MNCORE2, SMALL
 from stochopt.leir import Builder, Const, Kernel, parse, parse_layout, render
 from stochopt.leir.types import TensorType
+from stochopt.machine import MNCORE2, SMALL
 from tests.strategies import kernels
 
 

@@ -3,9 +3,9 @@
 import copy
 import pickle
 
-from stochopt.backend.machine import MNCORE2
 from stochopt.leir import parse
 from stochopt.leir.ir import build
+from stochopt.machine import MNCORE2
 
 SOFTMAX = """
 def softmax(x: "f32[128,1024] @ dram") -> "f32[128,1024] @ dram":

@@ -13,9 +13,9 @@ import pytest
 
 from stochopt.backend.cost import peak_memory
 from stochopt.backend.emulate import emulate
-from stochopt.backend.machine import load_machine
 from stochopt.leir import parse, render
 from stochopt.lower import lower
+from stochopt.machine import load_machine
 from stochopt.spec import Spec, load_spec
 
 HEADER = "import math\n\nimport numpy as np\n\nfrom stochopt import spec, tensor\n\n"

@@ -8,9 +8,9 @@ from math import prod
 import pytest
 
 from stochopt.backend.cost import cost
-from stochopt.backend.machine import load_machine
 from stochopt.lower.catalog import bundled_spec_paths, spec_table
 from stochopt.lower.roofline import spec_roofline
+from stochopt.machine import load_machine
 from stochopt.spec import load_spec
 
 PATHS = bundled_spec_paths()

@@ -10,11 +10,11 @@ import sys
 
 from click.testing import CliRunner
 
-from stochopt.backend.machine import load_machine
 from stochopt.cli import main
 from stochopt.leir import parse, render
 from stochopt.lower import lower
 from stochopt.lower.catalog import bundled_spec_paths
+from stochopt.machine import load_machine
 from stochopt.spec import load_spec
 
 SOFTMAX = next(p for p in bundled_spec_paths() if p.stem == "softmax")

@@ -9,13 +9,13 @@ from math import prod
 import pytest
 
 from stochopt.backend.cost import cost
-from stochopt.backend.machine import load_machine
 from stochopt.backend.op_costs import contiguous_run
 from stochopt.leir import Builder, TensorType
 from stochopt.leir.types import itemsize
 from stochopt.lower import lower
 from stochopt.lower.layouts import reshape_layout, reshape_pieces
 from stochopt.lower.lowering import LoweringError
+from stochopt.machine import load_machine
 from stochopt.spec import load_spec
 
 MNCORE2 = load_machine("mncore2")

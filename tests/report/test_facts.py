@@ -164,7 +164,7 @@ def test_a_real_run_reads_as_the_search_reported_it(real_run):
 
 
 def test_a_run_on_a_custom_machine_is_costed_on_that_machine(make_run, best_cycles):
-    from stochopt.backend.machine import load_machine
+    from stochopt.machine import load_machine
 
     summary = json.loads(json.dumps(load_machine("mncore2").summary()))
     f = run_facts(make_run(machine={**summary, "name": "mine"}, machine_name="mine"))

@@ -11,9 +11,9 @@ import pytest
 
 from stochopt import load_spec
 from stochopt.backend.cost import cost
-from stochopt.backend.machine import MNCORE2
 from stochopt.leir import parse, render
 from stochopt.lower import lower
+from stochopt.machine import MNCORE2
 from stochopt.search.checks import START, CheckerJob, CheckPool, MovableDeadline, Pending
 from stochopt.verify.replay import load_inputs
 

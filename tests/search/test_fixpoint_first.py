@@ -9,9 +9,10 @@ import pytest
 
 from stochopt import load_spec
 from stochopt.backend.cost import cost
-from stochopt.backend.machine import MNCORE2
+from stochopt.machine import MNCORE2
 from stochopt.lower import lower
-from stochopt.search.chain import Chain, ChainConfig
+from stochopt.search.chain import ChainConfig
+from stochopt.search.chain_run import ChainRun
 from stochopt.search.greedy import descend, greedy_fixpoint
 from stochopt.verify.screening import ScreeningSet
 
@@ -24,16 +25,20 @@ def softmax():
     return spec, lower(spec)
 
 
-def make_chain(softmax, arms, seed=0, **config) -> Chain:
+def make_chain(softmax, arms, seed=0, **config) -> ChainRun:
     spec, baseline = softmax
-    return Chain(0, spec, baseline, cost(baseline).cycles, baseline, MNCORE2, arms, seed,
-                 ChainConfig(**config))
+    return ChainRun(0, spec, baseline, cost(baseline).cycles, baseline, MNCORE2, arms, seed,
+                    ChainConfig(**config))
+
+
+def first_proposal(run: ChainRun):
+    return run.proposer.propose(run.current, run.chain.rng)
 
 
 def test_first_proposal_is_greedys_fixpoint(softmax):
     spec, baseline = softmax
     chain = make_chain(softmax, ["mutate", "rewrite"], seed=0)
-    candidate = chain.propose()
+    candidate = first_proposal(chain)
     assert (candidate.proposer, candidate.move) == ("rewrite", "fixpoint")
     greedy = greedy_fixpoint(baseline, spec, MNCORE2, examples=20, seed=0)
     assert greedy.steps, "softmax's lowering has rewrites that help"
@@ -43,18 +48,18 @@ def test_first_proposal_is_greedys_fixpoint(softmax):
 
 def test_the_fixpoint_goes_through_the_chain_like_any_candidate(softmax):
     chain = make_chain(softmax, ["mutate", "rewrite"], seed=3)
-    chain.best_cycles = 1  # no full check: only the Metropolis-Hastings decision
+    chain.checks.best_cycles = 1  # no full check: only the Metropolis-Hastings decision
     event, best, _ = chain.step()
     assert (event["proposer"], event["move"], event["outcome"]) == \
         ("rewrite", "fixpoint", "accepted")
-    assert event["cycles"] == chain.current_cycles < cost(softmax[1]).cycles
-    assert chain.propose().move != "fixpoint"  # once per chain, not every step
+    assert event["cycles"] == chain.chain.current_cycles < cost(softmax[1]).cycles
+    assert first_proposal(chain).move != "fixpoint"  # once per chain, not every step
 
 
 def test_no_fixpoint_without_the_rewrite_arm_or_when_turned_off(softmax):
-    assert make_chain(softmax, ["mutate"]).propose().move != "fixpoint"
+    assert first_proposal(make_chain(softmax, ["mutate"])).move != "fixpoint"
     off = make_chain(softmax, ["mutate", "rewrite"], fixpoint_first=False)
-    assert off.propose().move != "fixpoint"
+    assert first_proposal(off).move != "fixpoint"
 
 
 def test_descent_past_its_deadline_stops_with_what_it_has(softmax):
@@ -67,3 +72,12 @@ def test_descent_past_its_deadline_stops_with_what_it_has(softmax):
     assert cycles == cost(baseline).cycles
     full = descend(baseline, MNCORE2, screening.error, random.Random(0))
     assert full[2] and full[1] < cycles
+
+
+def test_a_restored_chain_does_not_descend_again(softmax):
+    chain = make_chain(softmax, ["mutate", "rewrite"], seed=1)
+    chain.checks.best_cycles = 1
+    chain.step()
+    again = make_chain(softmax, ["mutate", "rewrite"], seed=1)
+    again.restore(chain.state())
+    assert first_proposal(again).move != "fixpoint"

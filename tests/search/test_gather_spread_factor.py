@@ -4,9 +4,9 @@ import numpy as np
 
 from stochopt.backend.cost import cost
 from stochopt.backend.emulate import emulate, random_inputs
-from stochopt.backend.machine import MNCORE2
 from stochopt.errors import StochoptError
 from stochopt.lower import lower
+from stochopt.machine import MNCORE2
 from stochopt.search.layout_propagation import gather_spread_factor, where_gather_spread_factor
 from stochopt.spec import load_spec
 

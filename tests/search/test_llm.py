@@ -14,11 +14,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from stochopt.backend.cost import cost  # noqa: E402
-from stochopt.backend.machine import load_machine  # noqa: E402
+from stochopt.llm.options import llm_options  # noqa: E402
 from stochopt.lower import lower  # noqa: E402
-from stochopt.search.chain import Chain, ChainConfig  # noqa: E402
-from stochopt.search.llm import LLMProposer  # noqa: E402
-from stochopt.search.llm_options import llm_options  # noqa: E402
+from stochopt.machine import load_machine  # noqa: E402
+from stochopt.search.chain import ChainConfig  # noqa: E402
+from stochopt.search.chain_run import ChainRun  # noqa: E402
+from stochopt.search.llm_proposer import LLMProposer  # noqa: E402
 from stochopt.spec import load_spec  # noqa: E402
 from tests.llm_server import NO_CODE, LLMServer, error, held, raw, reply, slow  # noqa: E402
 
@@ -51,8 +52,8 @@ def make_chain(softmax, server, run_dir, arms=("llm",), **settings):
                            "backoff_s": 0.01, "timeout_s": 5.0, **settings})
     llm = LLMProposer(options, spec, machine, baseline, run_dir, 0,
                       deadline=time.time() + 60)  # a test can never wait longer
-    chain = Chain(0, spec, baseline, cost(baseline, machine).cycles, baseline, machine,
-                  list(arms), 0, ChainConfig(full_examples=20), llm)
+    chain = ChainRun(0, spec, baseline, cost(baseline, machine).cycles, baseline, machine,
+                     list(arms), 0, ChainConfig(full_examples=20), llm)
     return chain, llm
 
 
@@ -95,7 +96,7 @@ def test_a_wrong_kernel_is_refused_and_its_counterexample_feeds_the_next_prompt(
     chain, llm = make_chain(softmax, server, tmp_path)
     first, second = steps(chain, 2)
     llm.close()
-    assert first["outcome"] == "wrong" and chain.best_cycles == chain.baseline_cycles
+    assert first["outcome"] == "wrong" and chain.best_cycles == chain.objective.baseline_cycles
     prompt = server.user_prompt(1)
     assert "# Your recent candidates that did not beat it" in prompt
     assert "1. wrong (" in prompt and "expected" in prompt and "got" in prompt
@@ -150,7 +151,7 @@ def test_search_replace_edits_are_applied_to_the_best_kernel(softmax, server, tm
     event = chain.step()[0]
     llm.close()
     assert event["move"] == "edit" and event["outcome"] == "best"
-    assert event["cycles"] < chain.baseline_cycles
+    assert event["cycles"] < chain.objective.baseline_cycles
 
 
 def chain_text(kernel) -> str:
@@ -210,7 +211,7 @@ def test_an_endpoint_that_keeps_failing_is_reported_and_never_stops_the_chain(
                             for e in failures)
     assert "the GPU is on fire" in failures[0]["error"]
     assert sum(e["proposer"] != "llm" for e in events) > 100
-    assert chain.bandit.arms["llm"].improvement == 0
+    assert chain.proposer.bandit.arms["llm"].improvement == 0
     # after each failed request the proposer pauses, longer each time
     assert len(server.requests) <= 2 * (len(failures) + 1)
     t = transcripts(tmp_path)[0]
@@ -224,7 +225,7 @@ def test_a_slow_failing_endpoint_costs_its_arm_its_latency(softmax, server, tmp_
     llm.close()
     assert event["move"] == "request_failed" and "timeout" in event["error"]
     # the bandit charged the arm ~200 builtin proposals per second of waiting
-    assert chain.bandit.arms["llm"].seconds >= 50
+    assert chain.proposer.bandit.arms["llm"].units >= 50
 
 
 def test_huge_replies_are_refused_or_cut(softmax, server, tmp_path):

@@ -17,11 +17,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from stochopt.backend.cost import cost  # noqa: E402
-from stochopt.backend.machine import load_machine  # noqa: E402
-from stochopt.lower import lower  # noqa: E402
-from stochopt.search.chain import Chain, ChainConfig  # noqa: E402
-from stochopt.search.llm import GIVE_UP_AFTER, LLMProposer  # noqa: E402
-from stochopt.search.llm_context import (  # noqa: E402
+from stochopt.llm.context import (  # noqa: E402
     TokenCounter,
     context_from_error,
     context_from_models,
@@ -29,9 +25,14 @@ from stochopt.search.llm_context import (  # noqa: E402
     prompt_tokens_from_error,
     reply_room,
 )
-from stochopt.search.llm_options import llm_options  # noqa: E402
-from stochopt.search.llm_prompt import LEVELS, PromptBuilder, load_templates  # noqa: E402
-from stochopt.search.llm_variants import FOCI, draw_variants, pick_failures  # noqa: E402
+from stochopt.llm.options import llm_options  # noqa: E402
+from stochopt.llm.prompt import LEVELS, PromptBuilder, load_templates  # noqa: E402
+from stochopt.llm.variants import FOCI, draw_variants, pick_failures  # noqa: E402
+from stochopt.lower import lower  # noqa: E402
+from stochopt.machine import load_machine  # noqa: E402
+from stochopt.search.chain import ChainConfig  # noqa: E402
+from stochopt.search.chain_run import ChainRun  # noqa: E402
+from stochopt.search.llm_proposer import GIVE_UP_AFTER, LLMProposer  # noqa: E402
 from stochopt.spec import load_spec  # noqa: E402
 from tests.llm_server import LLMServer, error, held, reply  # noqa: E402
 
@@ -52,8 +53,8 @@ def make_chain(softmax, url, run_dir, arms=("llm",), **settings):
                            "backoff_s": 0.01, "timeout_s": 5.0, **settings})
     llm = LLMProposer(options, spec, machine, baseline, run_dir, 0,
                       deadline=time.time() + 60)
-    chain = Chain(0, spec, baseline, cost(baseline, machine).cycles, baseline, machine,
-                  list(arms), 0, ChainConfig(full_examples=20), llm)
+    chain = ChainRun(0, spec, baseline, cost(baseline, machine).cycles, baseline, machine,
+                     list(arms), 0, ChainConfig(full_examples=20), llm)
     return chain, llm
 
 

@@ -4,12 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from stochopt.backend.machine import load_machine
 from stochopt.errors import ParseError, StochoptError
-from stochopt.lower import lower
-from stochopt.search.llm_client import PRICES, _retry_after, price_of
-from stochopt.search.llm_options import llm_options
-from stochopt.search.llm_prompt import (
+from stochopt.llm.client import PRICES, _retry_after, price_of
+from stochopt.llm.options import llm_options
+from stochopt.llm.prompt import (
     FIELDS,
     PromptBuilder,
     apply_edits,
@@ -17,6 +15,8 @@ from stochopt.search.llm_prompt import (
     compact_markdown,
     load_templates,
 )
+from stochopt.lower import lower
+from stochopt.machine import load_machine
 from stochopt.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,9 +15,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from stochopt.cli import main  # noqa: E402
+from stochopt.rundir import read_events  # noqa: E402
 from stochopt.search import optimize  # noqa: E402
 from stochopt.search.chain import ChainConfig  # noqa: E402
-from stochopt.search.rundir import read_events  # noqa: E402
 from tests.llm_server import NO_CODE, LLMServer, error, reply  # noqa: E402
 
 SPEC = str(ROOT / "specs" / "softmax.py")

@@ -1,6 +1,8 @@
-"""The Metropolis-Hastings decision of a chain, pinned with a stub screening set: the
+"""The Metropolis-Hastings decision of a chain, pinned with a stub cost function: the
 acceptance rate is exp(-beta * delta) on the log-cycles cost, and a candidate whose cycles
-alone exceed the threshold (drawn first, as STOKE does) is refused before any screening."""
+alone exceed the threshold (drawn first, as STOKE does) is refused before any screening.
+The chain sees only its proposer, its cost function and its callback, so the stubs are
+all it needs."""
 
 import math
 import random
@@ -10,26 +12,41 @@ import pytest
 
 from stochopt import load_spec
 from stochopt.backend.cost import cost
-from stochopt.backend.machine import MNCORE2
 from stochopt.lower import lower
+from stochopt.machine import MNCORE2
 from stochopt.search.chain import Candidate, Chain, ChainConfig
 from stochopt.search.mutate import MOVES
+from stochopt.search.proposers import ChainProposer
 from stochopt.search.weights import check_move_weights, weighted_choice
 
 ROOT = Path(__file__).resolve().parents[2]
 TRIALS = 4000
 
 
-class StubScreening:
-    """Every kernel has the same eq; the bounds the chain asks for are recorded."""
+class StubObjective:
+    """Every candidate has the given cycles and the same eq; the bounds the chain asks the
+    screening for are recorded. The performance term is the real one: ln(cycles / base)."""
 
-    def __init__(self, eq: float = 0.0) -> None:
-        self.eq = eq
+    def __init__(self, baseline_cycles: int, candidate_cycles: int, eq: float = 0.0) -> None:
+        self.baseline_cycles, self.candidate_cycles, self.eq = baseline_cycles, candidate_cycles, eq
         self.bounds: list[float] = []
 
-    def error(self, kernel, threshold: float = math.inf) -> float:
-        self.bounds.append(threshold)
+    def check(self, kernel) -> None:
+        pass
+
+    def cycles(self, kernel) -> int:
+        return self.candidate_cycles
+
+    def performance(self, cycles: int) -> float:
+        return math.log(cycles / self.baseline_cycles)
+
+    def error(self, kernel, bound: float = math.inf) -> float:
+        self.bounds.append(bound)
         return self.eq
+
+
+def never_a_new_best(kernel, cycles, event):
+    return None, None  # nothing is faster than the best: no full check in these tests
 
 
 @pytest.fixture(scope="module")
@@ -41,13 +58,13 @@ def softmax():
 
 def stub_chain(softmax, current_cycles: int, candidate_cycles: int, eq: float = 0.0,
                seed: int = 7) -> Chain:
-    spec, baseline, baseline_cycles = softmax
-    chain = Chain(0, spec, baseline, baseline_cycles, baseline, MNCORE2, ["mutate"], seed)
-    chain.screening = StubScreening(eq)
-    chain.cycles = lambda kernel: candidate_cycles
-    chain.best_cycles = 1  # nothing is faster than the best: no full check in these tests
+    _, baseline, baseline_cycles = softmax
+    objective = StubObjective(baseline_cycles, candidate_cycles, eq)
+    chain = Chain(0, baseline, None, objective, never_a_new_best, random.Random(seed),
+                  ChainConfig().beta)
+    objective.bounds.clear()  # the start's own costing
     chain.current_cycles, chain.current_eq = current_cycles, 0.0
-    chain.current_cost = chain.perf(current_cycles)
+    chain.current_cost = objective.performance(current_cycles)
     return chain
 
 
@@ -55,11 +72,11 @@ def acceptance_rate(chain: Chain, kernel, current_cycles: int) -> float:
     accepted = 0
     for _ in range(TRIALS):
         event: dict = {}
-        chain._evaluate(Candidate("mutate", "stub", kernel), event, None)
+        chain._evaluate(Candidate("mutate", "stub", kernel), event)
         accepted += event["outcome"] == "accepted"
         # back to the same current kernel, so every trial faces the same delta
         chain.current_cycles, chain.current_eq = current_cycles, 0.0
-        chain.current_cost = chain.perf(current_cycles)
+        chain.current_cost = chain.objective.performance(current_cycles)
     return accepted / TRIALS
 
 
@@ -90,24 +107,24 @@ def test_the_threshold_is_drawn_first_and_bounds_the_screening(softmax):
     current = softmax[2]
     candidate = round(current * 1.05)
     chain = stub_chain(softmax, current, candidate)
-    beta, perf = chain.config.beta, chain.perf(candidate)
+    beta, perf = chain.beta, chain.objective.performance(candidate)
     refused_unscreened = screened = 0
     for _ in range(600):
         u = random.Random()
         u.setstate(chain.rng.getstate())
         threshold = chain.current_cost - math.log(u.random()) / beta
-        before = len(chain.screening.bounds)
+        before = len(chain.objective.bounds)
         event: dict = {}
-        chain._evaluate(Candidate("mutate", "stub", softmax[1]), event, None)
+        chain._evaluate(Candidate("mutate", "stub", softmax[1]), event)
         if perf > threshold:
             assert event["outcome"] == "rejected"
-            assert len(chain.screening.bounds) == before  # not one input ran
+            assert len(chain.objective.bounds) == before  # not one input ran
             refused_unscreened += 1
         else:
-            assert chain.screening.bounds[before:] == [pytest.approx(threshold - perf)]
+            assert chain.objective.bounds[before:] == [pytest.approx(threshold - perf)]
             assert event["outcome"] == "accepted"
             screened += 1
-        chain.current_cost = chain.perf(current)
+        chain.current_cost = chain.objective.performance(current)
     assert refused_unscreened > 300 and screened > 50  # both branches were exercised
 
 
@@ -116,9 +133,9 @@ def test_cycles_far_above_the_threshold_never_reach_the_screening(softmax):
     chain = stub_chain(softmax, current, 3 * current)
     for _ in range(500):
         event: dict = {}
-        chain._evaluate(Candidate("mutate", "stub", softmax[1]), event, None)
+        chain._evaluate(Candidate("mutate", "stub", softmax[1]), event)
         assert event["outcome"] == "rejected"
-    assert chain.screening.bounds == []
+    assert chain.objective.bounds == []
 
 
 def test_a_candidate_failing_the_screening_is_wrong_not_accepted(softmax):
@@ -126,18 +143,17 @@ def test_a_candidate_failing_the_screening_is_wrong_not_accepted(softmax):
     chain = stub_chain(softmax, current, round(current * 0.5), eq=11.0)
     for _ in range(200):
         event: dict = {}
-        chain._evaluate(Candidate("mutate", "stub", softmax[1]), event, None)
+        chain._evaluate(Candidate("mutate", "stub", softmax[1]), event)
         assert event["outcome"] == "wrong"
     assert chain.current_cycles == current
 
 
 # -- move weights --------------------------------------------------------------------------
 def test_move_weights_steer_the_mutation_moves(softmax):
-    spec, baseline, baseline_cycles = softmax
+    baseline, rng = softmax[1], random.Random(3)
     only_layout = {name: 0.0 for name in MOVES} | {"layout": 1.0}
-    chain = Chain(0, spec, baseline, baseline_cycles, baseline, MNCORE2, ["mutate"], 3,
-                  ChainConfig(move_weights=only_layout))
-    moves = {chain.propose().move for _ in range(60)}
+    proposer = ChainProposer(["mutate"], MNCORE2, only_layout)
+    moves = {proposer.propose(baseline, rng).move for _ in range(60)}
     assert moves == {"layout"}
 
 

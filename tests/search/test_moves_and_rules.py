@@ -8,11 +8,11 @@ import pytest
 from stochopt import load_spec
 from stochopt.backend.cost import cost
 from stochopt.backend.emulate import emulate
-from stochopt.backend.machine import MNCORE2
 from stochopt.errors import ConstraintError, StochoptError
 from stochopt.leir import check, parse, render
 from stochopt.leir.types import native_dtype
 from stochopt.lower import lower
+from stochopt.machine import MNCORE2
 from stochopt.search.mutate import MOVES
 from stochopt.search.rewrite import RULES, apply_rule
 from stochopt.verify import check as verify
@@ -157,7 +157,8 @@ def test_lossy_bf16_rounding_rule_is_left_to_the_precision_check(name, lowered):
 
 
 def test_a_candidate_with_the_wrong_output_dtype_is_invalid_not_a_crash(lowered):
-    from stochopt.search.chain import Candidate, Chain
+    from stochopt.search.chain import Candidate
+    from stochopt.search.chain_run import ChainRun
 
     spec, baseline = lowered["softmax"]
     text = render(baseline).replace('-> "f32[128,1024] @ dram"', '-> "bf16[128,1024] @ dram"')
@@ -166,7 +167,7 @@ def test_a_candidate_with_the_wrong_output_dtype_is_invalid_not_a_crash(lowered)
     last = lines[-1].strip()[len("return store_bf16("):-1]
     lines[-1] = f'    narrowed = cast({last}, "bf16")\n    return store(narrowed)'
     wrong = parse("\n".join(lines))
-    chain = Chain(0, spec, baseline, cost(baseline).cycles, baseline, MNCORE2, ["mutate"], 1)
+    run = ChainRun(0, spec, baseline, cost(baseline).cycles, baseline, MNCORE2, ["mutate"], 1)
     event = {}
-    best, _ = chain._evaluate(Candidate("mutate", "delete", wrong), event, None)
+    best, _ = run.chain._evaluate(Candidate("mutate", "delete", wrong), event)
     assert best is None and event["outcome"] == "invalid" and "bf16" in event["error"]

@@ -12,13 +12,13 @@ import pytest
 
 from stochopt import load_spec
 from stochopt.backend.cost import cost
+from stochopt.durations import format_duration, parse_duration
 from stochopt.errors import StochoptError
 from stochopt.leir import parse
+from stochopt.rundir import read_events
 from stochopt.search import optimize
-from stochopt.search.budget import format_duration, parse_duration
 from stochopt.search.chain import ChainConfig
 from stochopt.search.display import summary_lines
-from stochopt.search.rundir import read_events
 from stochopt.search.supervisor import finish_reserve
 from stochopt.verify import check
 

@@ -18,9 +18,9 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from stochopt import load_spec  # noqa: E402
 from stochopt.leir import parse  # noqa: E402
+from stochopt.rundir import read_events, read_json  # noqa: E402
 from stochopt.search import optimize  # noqa: E402
 from stochopt.search.ray_executor import connect  # noqa: E402
-from stochopt.search.rundir import read_events, read_json  # noqa: E402
 from stochopt.verify import check  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.ray]

@@ -8,9 +8,9 @@ import pytest
 
 from stochopt import load_spec
 from stochopt.backend.cost import cost
-from stochopt.backend.machine import MNCORE2
 from stochopt.leir import parse, render
 from stochopt.lower import lower
+from stochopt.machine import MNCORE2
 from stochopt.search.optimize import _write_best, recheck_best
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,10 +8,10 @@ from hypothesis import strategies as st
 from stochopt import load_spec
 from stochopt.backend.cost import cost
 from stochopt.backend.emulate import emulate, random_inputs
-from stochopt.backend.machine import MNCORE2, SMALL
 from stochopt.errors import ConstraintError
 from stochopt.leir import check, parse, render
 from stochopt.lower import lower
+from stochopt.machine import MNCORE2, SMALL
 from stochopt.search.reduce_tiling import tile_reduction, where_tile_reduction
 from stochopt.search.schedule import schedule
 from stochopt.verify import check as verify

@@ -8,9 +8,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from stochopt.backend.emulate import emulate, random_inputs
-from stochopt.backend.machine import SMALL
 from stochopt.errors import ConstraintError
 from stochopt.leir import parse
+from stochopt.machine import SMALL
 from stochopt.search.rewrite import RULES, apply_rule
 from tests.strategies import assert_same_exact_values, kernels
 

@@ -2,9 +2,9 @@
 
 from stochopt import load_spec
 from stochopt.backend.cost import cost
-from stochopt.backend.machine import MNCORE2
 from stochopt.leir import check
 from stochopt.lower import lower
+from stochopt.machine import MNCORE2
 from stochopt.search.reduce_tiling import tile_reduction
 from stochopt.search.rewrite import RULES, apply_rule
 from stochopt.search.schedule import candidate_orders, schedule

@@ -18,9 +18,9 @@ import pytest
 
 from stochopt.backend.cost import cost
 from stochopt.leir import parse
+from stochopt.rundir import read_events
 from stochopt.search import optimize
 from stochopt.search.display import summary_lines
-from stochopt.search.rundir import read_events
 from stochopt.verify.check import Verdict
 
 from .test_optimize import ENV, SOFTMAX

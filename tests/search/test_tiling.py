@@ -8,10 +8,10 @@ from hypothesis import strategies as st
 from stochopt import load_spec
 from stochopt.backend.cost import cost
 from stochopt.backend.emulate import emulate
-from stochopt.backend.machine import MNCORE2, SMALL
 from stochopt.errors import ConstraintError
 from stochopt.leir import check, parse, render
 from stochopt.lower import lower
+from stochopt.machine import MNCORE2, SMALL
 from stochopt.search.tiling import tile_output, where_tile_output
 from stochopt.verify import check as verify
 from tests.strategies import (

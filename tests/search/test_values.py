@@ -13,12 +13,13 @@ from hypothesis import strategies as st
 from stochopt import load_spec
 from stochopt.backend.cost import cost, cycles
 from stochopt.backend.emulate import emulate
-from stochopt.backend.machine import MNCORE2
 from stochopt.errors import StochoptError
 from stochopt.leir import parse, render
 from stochopt.lower import lower
-from stochopt.search import chain as chain_module
-from stochopt.search.chain import Candidate, Chain
+from stochopt.machine import MNCORE2
+from stochopt.search import full_checks as full_checks_module
+from stochopt.search.chain import Candidate
+from stochopt.search.chain_run import ChainRun
 from stochopt.search.mutate import propose_mutation
 from stochopt.search.values import CachedScreening, NodeValues, Proofs
 from stochopt.verify.check import Verdict
@@ -176,15 +177,15 @@ def test_a_chain_skips_the_full_check_of_a_value_graph_it_proved(monkeypatch):
         calls.append(kernel)
         return Verdict(True, options["examples"], options["seed"])
 
-    monkeypatch.setattr(chain_module, "check", fake_check)
-    chain = Chain(0, SOFTMAX, SOFTMAX_BASELINE, cost(SOFTMAX_BASELINE, MNCORE2).cycles,
-                  SOFTMAX_BASELINE, MNCORE2, ["mutate"], seed=1)
+    monkeypatch.setattr(full_checks_module, "check", fake_check)
+    run = ChainRun(0, SOFTMAX, SOFTMAX_BASELINE, cost(SOFTMAX_BASELINE, MNCORE2).cycles,
+                   SOFTMAX_BASELINE, MNCORE2, ["mutate"], seed=1)
 
     def offer(kernel):
-        chain.best_cycles = 10**9       # any correct kernel is a new best
-        chain.current_cost = math.inf   # and always accepted
+        run.checks.best_cycles = 10**9      # any correct kernel is a new best
+        run.chain.current_cost = math.inf   # and always accepted
         event = {}
-        best, facts = chain._evaluate(Candidate("mutate", "test", kernel), event, None)
+        best, facts = run.chain._evaluate(Candidate("mutate", "test", kernel), event)
         return event, best, facts
 
     event, best, facts = offer(SOFTMAX_BASELINE)

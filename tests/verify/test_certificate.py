@@ -9,8 +9,8 @@ import re
 
 import numpy as np
 
-from stochopt.backend.machine import load_machine
 from stochopt.leir import parse, render
+from stochopt.machine import load_machine
 from stochopt.verify import certificate, check
 from stochopt.verify.replay import load_inputs
 

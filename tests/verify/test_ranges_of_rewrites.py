@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from stochopt.backend.machine import MNCORE2
 from stochopt.errors import StochoptError
 from stochopt.leir import parse, render
+from stochopt.machine import MNCORE2
 from stochopt.search.rewrite import RULES, apply_rule
 from stochopt.verify.ranges import (
     OVERFLOW,

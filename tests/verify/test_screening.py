@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stochopt.backend.machine import load_machine
+from stochopt.machine import load_machine
 from stochopt.verify import ScreeningSet, check
 from stochopt.verify.screening import FAIL_COST, MAX_INPUT_COST
 

@@ -75,7 +75,7 @@ def find(path: Path, seeds: int = 30) -> str | None:
     spec = load_spec(REPO / re.match(r"# spec: (\S+)\n", text).group(1))
     comparison = _Comparison(kernel, spec, lower(spec), None, None)
     comparison.machine = None
-    from stochopt.backend.machine import load_machine
+    from stochopt.machine import load_machine
 
     comparison.machine = load_machine(None)
     cuts = kernel_boundaries(kernel, spec)

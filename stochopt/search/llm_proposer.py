@@ -22,8 +22,7 @@ from pathlib import Path
 from stochopt.errors import ParseError, StochoptError
 from stochopt.leir.parser import parse
 from stochopt.leir.render import render
-from stochopt.search.chain import Candidate
-from stochopt.search.llm_client import (
+from stochopt.llm.client import (
     UNFIXABLE,
     Client,
     Reply,
@@ -32,7 +31,7 @@ from stochopt.search.llm_client import (
     write_json_atomic,
     write_text_atomic,
 )
-from stochopt.search.llm_context import (
+from stochopt.llm.context import (
     DEFAULT_CONTEXT_TOKENS,
     TokenCounter,
     context_from_error,
@@ -42,8 +41,8 @@ from stochopt.search.llm_context import (
     reply_room,
     table_context,
 )
-from stochopt.search.llm_options import DEFAULTS
-from stochopt.search.llm_prompt import (
+from stochopt.llm.options import DEFAULTS
+from stochopt.llm.prompt import (
     EDIT_START,
     LEVELS,
     Prompt,
@@ -52,7 +51,9 @@ from stochopt.search.llm_prompt import (
     code_blocks,
     load_templates,
 )
-from stochopt.search.llm_variants import Variant, draw_variants, pick_failures, temperature_range
+from stochopt.llm.variants import Variant, draw_variants, pick_failures, temperature_range
+from stochopt.rundir import LLM_TRANSCRIPTS
+from stochopt.search.chain import Candidate
 from stochopt.verify.check import check, check_signature
 
 MAX_CANDIDATES = 8             # code blocks taken from one reply
@@ -77,7 +78,7 @@ class LLMProposer:
         self.options, self.spec, self.machine = options, spec, machine
         self.chain_index = chain_index
         self.deadline, self.stop = deadline, stop   # wall-clock time; a multiprocessing Event
-        self.dir = Path(run_dir) / "llm" if run_dir else None
+        self.dir = Path(run_dir) / LLM_TRANSCRIPTS if run_dir else None
         self.prompts = PromptBuilder(load_templates(options.get("prompts")), spec, machine,
                                      baseline, roofline_cycles)
         self.closed = threading.Event()

@@ -1,4 +1,6 @@
-"""The run directory: everything a run found and did, safe against kill -9.
+"""The run directory: its schema (the files, their fields, the outcomes and event kinds)
+and the writes that keep it safe against kill -9. The search writes it and the report
+reads it; both take the names from here.
 
     run.json  spec.py  baseline.leir  best.leir  best.json  events.jsonl
     checkpoint.json  counterexamples/  llm/  unproved.leir (when there is one)
@@ -18,6 +20,36 @@ from pathlib import Path
 from typing import Any
 
 from stochopt.errors import StochoptError
+
+# -- the schema ---------------------------------------------------------------------------
+# the run's settings (spec, spec_path, name, machine, machine_name, budget_s, proposer,
+# arms, chains, check_workers, seed, init, max_proposals, max_cost, config, llm, started,
+# versions, host, settings, ray) and, once set up, roofline_cycles, baseline_cycles and
+# bound_cycles
+RUN_JSON = "run.json"
+SPEC_PY = "spec.py"                  # a copy of the spec, so the run resumes without it
+BASELINE_LEIR = "baseline.leir"      # the spec's lowering: what speedups are measured from
+BEST_LEIR = "best.leir"              # the proved best kernel (the commit point)
+# best.leir's facts, written first: cycles, source, t, chain, profile, verdict,
+# certificate, proof ("pending", "lowering", "unfinished"), recheck, unproved
+BEST_JSON = "best.json"
+UNPROVED_LEIR = "unproved.leir"      # a faster kernel whose full check did not finish
+EVENTS_JSONL = "events.jsonl"        # one line per candidate kept (search/event_log.py)
+CHECKPOINT_JSON = "checkpoint.json"  # the chains' states and totals, for --resume
+COUNTEREXAMPLES = "counterexamples"  # inputs (.npz) on which a candidate was wrong
+LLM_TRANSCRIPTS = "llm"              # one JSON transcript per LLM request
+
+# What became of a candidate (an event's "outcome"). "unproved": screened, faster than
+# the best, but its full check did not finish before the run ended.
+OUTCOMES = ("parse_error", "invalid", "wrong", "rejected", "accepted", "unproved", "best")
+# the outcomes a live run shows (unproved is known only at the end)
+LIVE_OUTCOMES = tuple(o for o in OUTCOMES if o != "unproved")
+# a candidate waiting for its full check: its event is held until the verdict replaces it
+CHECKING = "checking"
+# an events.jsonl line with "kind": AGGREGATE counts an interval's candidates that were
+# not written one by one; a line without "kind" is one candidate
+AGGREGATE = "aggregate"
+
 
 
 def atomic_write(path: Path, text: str) -> None:

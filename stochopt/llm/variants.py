@@ -94,7 +94,7 @@ def temperature_range(setting, model: str) -> tuple[float, float] | None:
     """The range temperatures are drawn from: a fixed --temperature is a range of one
     value; unset, DEFAULT_TEMPERATURES, except for reasoning models, which refuse any
     temperature but their own."""
-    from stochopt.search.llm_context import is_reasoning_model
+    from stochopt.llm.context import is_reasoning_model
 
     if isinstance(setting, int | float):
         return (float(setting), float(setting))

@@ -12,7 +12,9 @@ from math import prod
 from pathlib import Path
 
 from stochopt.errors import StochoptError
-from stochopt.leir.layout import LEVELS
+
+# the machine's tree, outermost first: a layout spreads a tensor's axes over these levels
+LEVELS = ("L2B", "L1B", "MAB", "PE")
 
 
 @dataclass(frozen=True)

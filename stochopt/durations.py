@@ -1,4 +1,5 @@
-"""Budgets: wall time ("30s", "10m", "48h", "1h30m"), proposals and dollars."""
+"""Durations: reading and writing wall time ("30s", "10m", "48h", "1h30m"), and when this
+process started (a run's budget counts from there)."""
 
 from __future__ import annotations
 

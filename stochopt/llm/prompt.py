@@ -27,7 +27,7 @@ from string import Template
 from stochopt.backend.cost import Profile, cost, roofline_of_kernel
 from stochopt.errors import ParseError, StochoptError
 from stochopt.leir.render import render
-from stochopt.search.llm_variants import FOCI
+from stochopt.llm.variants import FOCI
 
 ROOT = Path(__file__).resolve().parents[2]   # the repository (prompts/ and docs/ live here)
 DEFAULT_PROMPTS = ROOT / "prompts"

@@ -308,7 +308,7 @@ def _status_error(e) -> Exception:
     text = f"HTTP {status} from the endpoint: {detail}"
     if status == 429 or status == 408 or status == 409 or status >= 500:
         return _Transient(text, _retry_after(e.response.headers), status)
-    from stochopt.search.llm_context import is_context_error
+    from stochopt.llm.context import is_context_error
     if is_context_error(status, detail) or _error_code(e) == "context_length_exceeded":
         return _Permanent(text, status, "context")
     kind = {401: "auth", 403: "auth", 404: "not_found"}.get(status, "bad_request")

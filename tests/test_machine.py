@@ -4,11 +4,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from stochopt.backend.machine import MNCORE2, PRESETS, SMALL, load_machine, machine_from_dict
 from stochopt.cli import main
 from stochopt.errors import StochoptError
+from stochopt.machine import MNCORE2, PRESETS, SMALL, load_machine, machine_from_dict
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "docs" / "examples"
+EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
 
 
 def test_mncore2_preset_follows_the_published_figures():
@@ -109,9 +109,9 @@ def test_run_with_a_bad_machine_file_exits_2_with_the_reason(tmp_path):
 def test_docs_machine_md_states_every_machine_constant():
     from dataclasses import fields
 
-    from stochopt.backend.machine import Machine
+    from stochopt.machine import Machine
 
-    docs = (Path(__file__).resolve().parents[2] / "docs" / "machine.md").read_text()
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "machine.md").read_text()
     for f in fields(Machine):
         if f.name != "name":
             assert f"`{f.name}`" in docs, f.name

@@ -8,8 +8,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from stochopt.errors import StochoptError
-from stochopt.search.llm_client import price_of
-from stochopt.search.llm_prompt import load_templates
+from stochopt.llm.client import price_of
+from stochopt.llm.prompt import load_templates
 
 DEFAULTS = {
     "model": None, "base_url": None, "api_key": None,

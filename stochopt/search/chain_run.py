@@ -1,0 +1,142 @@
+"""One chain with what surrounds it in a run: its proposer (the bandit and the LLM hook),
+its bounded cost function, its full-check policy and its restarts, wired together, and
+the state a checkpoint keeps of them.
+
+The driver (stochopt/search/driver.py) runs a ChainRun per worker; tests and benchmarks
+build one the same way.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from stochopt.leir.ir import Kernel
+from stochopt.leir.parser import parse
+from stochopt.leir.render import render
+from stochopt.search.chain import Candidate, Chain, ChainConfig
+from stochopt.search.full_checks import FullChecks
+from stochopt.search.greedy import descend
+from stochopt.search.objective import Objective
+from stochopt.search.proposers import Bandit, ChainProposer
+from stochopt.search.values import CachedScreening
+from stochopt.spec import Spec
+
+
+@dataclass
+class Restarts:
+    """After ``after`` proposals without a new best, the chain goes back to the global
+    best (the driver moves it)."""
+    after: int
+    since_improvement: int = 0
+
+    def count(self, improved: bool) -> None:
+        self.since_improvement = 0 if improved else self.since_improvement + 1
+
+    @property
+    def due(self) -> bool:
+        return self.since_improvement > self.after
+
+
+class ChainRun:
+    """A chain and its proposer, cost function, full checks and restarts."""
+
+    def __init__(self, index: int, spec: Spec, baseline: Kernel, baseline_cycles: int,
+                 start: Kernel, machine, arms: list[str], seed: int,
+                 config: ChainConfig | None = None, llm=None) -> None:
+        config = config or ChainConfig()
+        self.index, self.machine, self.config = index, machine, config
+        screening = CachedScreening(spec, baseline, machine, config.screening_inputs, seed)
+        self.objective = Objective(spec, baseline, baseline_cycles, machine, screening,
+                                   config.lam)
+        self.proposer = ChainProposer(arms, machine, config.move_weights, llm)
+        self.proposer.view = self
+        self.checks = FullChecks(index, spec, baseline, machine, screening, seed,
+                                 config.full_examples, baseline_cycles, render(start))
+        self.chain = Chain(index, start, self.proposer, self.objective,
+                           self.checks.on_correct, random.Random(seed), config.beta)
+        self.checks.recost = lambda: self.chain.set_current(self.chain.current)
+        self.restarts = Restarts(config.restart_after)
+        self.seed = seed
+        if config.fixpoint_first and "rewrite" in arms:
+            self.proposer.opening = self._fixpoint
+
+    def _fixpoint(self, kernel: Kernel) -> Candidate | None:
+        """The first proposal: the rewrite rules to a fixpoint (greedy's descent), one
+        candidate screened, costed and checked like any other, so the run starts where the
+        classical compiler stops. The spread rule's divisors come from a generator seeded
+        as greedy's is: chain 0 of a run with seed s descends exactly as greedy with seed
+        s. It stops at the chain's deadline with the steps taken; None if no rule helps."""
+        proposed, _, steps, _ = descend(kernel, self.machine, self.objective.error,
+                                        random.Random(self.seed),
+                                        deadline=self.checks.deadline)
+        return Candidate("rewrite", "fixpoint", proposed) if steps else None
+
+    def step(self) -> tuple[dict, Kernel | None, dict | None]:
+        """One proposal of the chain: (event, new best kernel or None, its facts). With
+        ``checks.checks_elsewhere`` set, a kernel that needs its full check is queued on
+        ``checks.submissions`` instead (outcome "checking")."""
+        improvements = self.checks.improvements
+        out = self.chain.step()
+        self.restarts.count(improved=self.checks.improvements != improvements)
+        return out
+
+    def restart_from(self, kernel: Kernel) -> None:
+        self.chain.set_current(kernel)
+        self.restarts.since_improvement = 0
+
+    # -- what the LLM proposer reads of the chain ---------------------------------------
+    @property
+    def current(self) -> Kernel:
+        return self.chain.current
+
+    @property
+    def screening(self) -> CachedScreening:
+        return self.objective.screening
+
+    @property
+    def baseline(self) -> Kernel:
+        return self.objective.baseline
+
+    @property
+    def arms(self) -> list[str]:
+        return self.proposer.arms
+
+    @property
+    def best_text(self) -> str:
+        return self.checks.best_text
+
+    @property
+    def best_cycles(self) -> int:
+        return self.checks.best_cycles
+
+    # -- checkpoints ----------------------------------------------------------------------
+    def state(self) -> dict:
+        return {"index": self.index, "current": render(self.chain.current),
+                "rng": _rng_state(self.chain.rng), "proposals": self.chain.proposals,
+                "since_improvement": self.restarts.since_improvement,
+                "full_checks": self.checks.full_checks,
+                "bandit": self.proposer.bandit.state(), "best_cycles": self.checks.best_cycles,
+                "counterexamples": list(self.checks.saved_inputs)}
+
+    def restore(self, state: dict) -> None:
+        self.chain.rng.setstate(_rng_from(state["rng"]))
+        self.chain.proposals = state["proposals"]
+        if state["proposals"]:  # its first proposal was made in an earlier session
+            self.proposer.opening = None
+        self.restarts.since_improvement = state["since_improvement"]
+        self.checks.full_checks = state["full_checks"]
+        self.proposer.bandit = Bandit.from_state(state["bandit"])
+        self.checks.best_cycles = state["best_cycles"]
+        for path in state.get("counterexamples", []):
+            self.checks.add_counterexample_file(path)
+        self.chain.set_current(parse(state["current"], self.machine))
+
+
+def _rng_state(rng: random.Random) -> list:
+    version, internal, gauss = rng.getstate()
+    return [version, list(internal), gauss]
+
+
+def _rng_from(state: list) -> tuple:
+    return (state[0], tuple(state[1]), state[2])
