@@ -9,8 +9,8 @@ import pytest
 
 from stochopt import load_spec
 from stochopt.backend.cost import cost
-from stochopt.machine import MNCORE2
 from stochopt.lower import lower
+from stochopt.machine import MNCORE2
 from stochopt.search.chain import ChainConfig
 from stochopt.search.chain_run import ChainRun
 from stochopt.search.greedy import descend, greedy_fixpoint
