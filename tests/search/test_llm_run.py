@@ -20,6 +20,10 @@ from stochopt.search.chain import ChainConfig  # noqa: E402
 from stochopt.search.rundir import read_events  # noqa: E402
 from tests.llm_server import NO_CODE, LLMServer, error, reply  # noqa: E402
 
+# each test is a whole search run against a fake endpoint (tests/search/test_llm.py and
+# test_llm_context.py test the proposer itself in the fast tier)
+pytestmark = pytest.mark.slow
+
 SPEC = str(ROOT / "specs" / "softmax.py")
 FAST = (ROOT / "docs" / "examples" / "softmax_fast.leir").read_text().replace(
     "def kernel(", "def softmax(")

@@ -141,6 +141,7 @@ def test_nearby_inputs_move_floats_a_little_and_stay_inside():
         assert (np.abs(b - a) <= (bound + ulp) * np.abs(a)).all()
 
 
+@pytest.mark.slow  # full checks of corpus kernels
 def test_a_failure_shrinks_to_the_simplest_recipe(read_corpus, repo):
     # every input but zeros shows the swapped halves: hypothesis shrinks to the first
     # pattern (uniform), seed 0 and the first fraction
@@ -153,6 +154,7 @@ def test_a_failure_shrinks_to_the_simplest_recipe(read_corpus, repo):
     assert {r.fraction for r in recipes.values()} == {0.5}
 
 
+@pytest.mark.slow  # full checks of corpus kernels
 def test_the_same_seed_finds_the_same_counterexample(read_corpus, repo):
     entry = read_corpus(repo / "tests/verify/corpus/wrong/swiglu__sigmoid_sign.leir")
     first, second = (check(entry.kernel, entry.spec, examples=10, structured=False, seed=5,
