@@ -26,9 +26,13 @@ THROUGH = {
                                  "test_a_run_without_an_llm_says_none_not_zero_dollars",
     "stochopt.report.words": "report/test_forms.py::test_counts_of_one_are_singular",
     "stochopt.search.algebraic_forms": "search/test_moves_and_rules.py::test_rule_keeps_meaning",
+    # imported there through optimize -> supervisor; only the slow tier's real searches
+    # start its worker processes
     "stochopt.search.executor": "search/test_optimize.py::test_bad_arguments_are_clear_errors",
     "stochopt.search.proposers": "search/test_metropolis.py::"
                                  "test_move_weights_steer_the_mutation_moves",
+    # runs only inside a Ray cluster (tests/search/test_ray.py, slow); the fast tier
+    # checks the options and errors that lead to it
     "stochopt.search.ray_actors": "search/test_ray_options.py::"
                                   "test_addresses_a_user_would_give_are_taken",
     "stochopt.verify.climb": "verify/test_corpus.py::"
@@ -170,4 +174,4 @@ def test_the_check_sees_a_slow_only_import(tmp_path):
                     "    from stochopt.search import optimize\n\n"
                     "def test_b():\n    from stochopt.leir import parser\n")
     modules = package_modules()
-    assert fast_imports(path, modules) == {"stochopt.leir", "stochopt.leir.parser"}
+    assert fast_imports(path, modules) == {"stochopt", "stochopt.leir", "stochopt.leir.parser"}

@@ -66,7 +66,8 @@ def test_structured_inputs_are_inside_the_range_and_representable(s):
         _assert_inside_and_representable(s, build_inputs(s, recipes))
 
 
-@pytest.mark.parametrize("s", [awkward, masked], ids=lambda s: s.name)
+@pytest.mark.parametrize("s", [pytest.param(awkward, marks=pytest.mark.slow),  # seconds
+                               masked], ids=lambda s: s.name)
 def test_drawn_inputs_are_inside_the_range_and_representable(s):
     @settings(max_examples=60, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
