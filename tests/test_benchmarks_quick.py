@@ -5,9 +5,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # benchmark smoke: four searches in a subprocess
 def test_compare_methods_quick_runs_every_method(tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "compare_methods.py"),
                            "--quick", "--out", str(tmp_path)], capture_output=True, text=True,

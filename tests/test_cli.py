@@ -244,3 +244,13 @@ def test_specs_at_80_columns_shows_every_name_whole():
     names = [line.split()[0] for line in lines[3:] if line.strip()]
     assert len(names) == len(set(names))
     assert {"attention_scores", "attention_decode", "matmul_bias_gelu"} <= set(names)
+
+
+def test_python_m_stochopt_runs_the_cli():
+    """`python -m stochopt` (stochopt/__main__.py) is the same CLI, in a real process; the
+    other tests call main in-process, and the slow tier runs real commands this way."""
+    result = subprocess.run([sys.executable, "-m", "stochopt", "--help"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    for command in ("optimize", "verify", "report", "lower", "run"):
+        assert command in result.stdout, command

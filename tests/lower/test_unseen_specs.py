@@ -362,7 +362,12 @@ UNSEEN = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(UNSEEN))
+# the large specs take seconds each to emulate against their reference: slow
+LARGE = {"large_elementwise_fits", "large_matrix_vector", "large_matmul_fits"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in LARGE
+                                  else n for n in sorted(UNSEEN)])
 def test_unseen_spec_lowers_fits_and_matches(name, load, checked):
     spec = load(UNSEEN[name])
     checked(spec)

@@ -151,6 +151,7 @@ def test_not_a_run_directory_says_what_to_pass(tmp_path):
         run_facts(tmp_path)
 
 
+@pytest.mark.slow  # a real search (the session's real_run)
 def test_a_real_run_reads_as_the_search_reported_it(real_run):
     rd, result = real_run
     f = run_facts(rd)

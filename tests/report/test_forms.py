@@ -83,6 +83,7 @@ def test_the_three_forms_show_the_same_numbers(make_run, tmp_path):
         assert " ".join(cells) in " ".join(text.split())
 
 
+@pytest.mark.slow  # a real search (the session's real_run)
 def test_json_has_the_documented_keys(real_run):
     rd, _ = real_run
     out = CliRunner().invoke(main, ["report", str(rd), "--json"])
@@ -96,6 +97,7 @@ def test_json_has_the_documented_keys(real_run):
     assert facts["status"] == "finished"
 
 
+@pytest.mark.slow  # a real search (the session's real_run)
 def test_terminal_report_of_a_real_run_has_every_section(real_run):
     rd, result = real_run
     out = CliRunner().invoke(main, ["report", str(rd)], env={"COLUMNS": "120"})

@@ -66,6 +66,7 @@ def transcripts(run_dir: Path) -> list[dict]:
 
 
 # -- kernels from replies ----------------------------------------------------------------------
+@pytest.mark.slow  # runs a chain against a fake endpoint for seconds
 def test_a_faster_correct_kernel_from_the_llm_becomes_the_best(softmax, server, tmp_path):
     server.push(reply(block(FAST), prompt_tokens=1000, completion_tokens=200))
     chain, llm = make_chain(softmax, server, tmp_path)
@@ -199,6 +200,7 @@ def test_server_errors_broken_json_and_timeouts_are_retried(softmax, server, tmp
     assert all(a["retried"] for a in attempts)
 
 
+@pytest.mark.slow  # runs a chain against a fake endpoint for seconds
 def test_an_endpoint_that_keeps_failing_is_reported_and_never_stops_the_chain(
         softmax, tmp_path):
     with LLMServer(default=error(500, message="the GPU is on fire")) as server:
@@ -240,6 +242,7 @@ def test_huge_replies_are_refused_or_cut(softmax, server, tmp_path):
     assert t["truncated"] and len(t["replies"][0]) == 1 << 16
 
 
+@pytest.mark.slow  # runs a chain against a fake endpoint for seconds
 def test_take_never_waits_when_builtin_proposers_share_the_chain(softmax, server, tmp_path):
     gate = threading.Event()
     server.push(held(gate, reply(block(FAST))))

@@ -169,6 +169,7 @@ def test_a_context_400_shrinks_the_prompt_and_retries_once(softmax, tmp_path):
     assert "shrunk" not in two          # learned: the next request fits at once
 
 
+@pytest.mark.slow  # waits out retries
 def test_a_prompt_that_never_fits_stops_the_proposer_with_what_to_change(softmax, tmp_path):
     with LLMServer(context_tokens=300) as server:
         chain, llm = make_chain(softmax, server.url, tmp_path, ("mutate", "llm"),
@@ -217,6 +218,7 @@ def test_errors_retrying_cannot_fix_stop_the_proposer_and_say_what_to_change(
         assert "serves served-model" in llm.stopped
 
 
+@pytest.mark.slow  # waits out retries
 def test_transient_failures_do_not_stop_the_proposer(softmax, tmp_path):
     with LLMServer(default=error(503, message="loading the model")) as server:
         chain, llm = make_chain(softmax, server.url, tmp_path, retries=0)

@@ -30,6 +30,7 @@ def block(text: str) -> str:
     return f"```leir\n{text}```"
 
 
+@pytest.mark.slow  # a whole search run against a fake endpoint
 def test_optimize_with_the_llm_alone_keeps_its_faster_kernel(tmp_path):
     run_dir = tmp_path / "run"
     with LLMServer([reply(block(FAST))]) as server:
@@ -51,6 +52,7 @@ def test_optimize_with_the_llm_alone_keeps_its_faster_kernel(tmp_path):
     assert len(list((run_dir / "llm").glob("chain0-*.json"))) >= 2
 
 
+@pytest.mark.slow  # a whole search run against a fake endpoint
 def test_max_cost_ends_a_mixed_run_cleanly(tmp_path):
     run_dir = tmp_path / "run"
     with LLMServer(default=reply(NO_CODE, prompt_tokens=10_000)) as server:
@@ -63,6 +65,7 @@ def test_max_cost_ends_a_mixed_run_cleanly(tmp_path):
     assert {"mutate", "rewrite", "llm"} >= {e["proposer"] for e in events} >= {"llm"}
 
 
+@pytest.mark.slow  # a whole search run against a fake endpoint
 def test_cli_optimize_with_an_llm_end_to_end(tmp_path):
     run_dir = tmp_path / "run"
     with LLMServer([reply("Faster, I think.\n" + block(WRONG))]) as server:
@@ -120,6 +123,7 @@ def run_cli(args: list[str], cwd) -> subprocess.CompletedProcess:
                                "PYTHONPATH": str(ROOT), "COLUMNS": "400"})
 
 
+@pytest.mark.slow  # a whole search run against a fake endpoint
 def test_proposer_llm_with_a_dead_endpoint_stops_early_and_exits_1(tmp_path):
     run_dir = tmp_path / "run"
     done = run_cli([
@@ -147,6 +151,7 @@ def test_proposer_llm_with_a_dead_endpoint_stops_early_and_exits_1(tmp_path):
     assert "LLM status" in page and "nothing answers at" in page
 
 
+@pytest.mark.slow  # a whole search run against a fake endpoint
 def test_mixed_goes_on_without_a_failed_llm_and_warns(tmp_path):
     run_dir = tmp_path / "run"
     with LLMServer(default=error(401, message="Incorrect API key provided")) as server:
@@ -161,6 +166,7 @@ def test_mixed_goes_on_without_a_failed_llm_and_warns(tmp_path):
     assert 3 <= len(server.requests) <= 4
 
 
+@pytest.mark.slow  # a whole search run against a fake endpoint
 def test_the_report_counts_what_each_prompt_variant_produced(tmp_path):
     run_dir = tmp_path / "run"
     with LLMServer([reply(block(WRONG)), reply(block(FAST))]) as server:

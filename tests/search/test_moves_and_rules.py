@@ -16,6 +16,7 @@ from stochopt.machine import MNCORE2
 from stochopt.search.mutate import MOVES
 from stochopt.search.rewrite import RULES, apply_rule
 from stochopt.verify import check as verify
+from tests.tiers import QUICK_AND_FULL
 
 LOSSY = ("round_matmul_operands_to_bf16", "split_matmul_operand_hi_lo")
 SPECS = ["softmax", "mla_decode", "rmsnorm", "matmul_bias_gelu", "rotary", "attention_scores"]
@@ -76,10 +77,25 @@ def test_every_move_yields_a_well_formed_kernel_or_a_constraint_error(move, lowe
     assert made > 0, f"move {move} never produced a kernel"
 
 
-def _applications(lowered, rule, limit=3):
+def _applications(lowered, rule, limit=3, full=True):
     """Where the rule yields a kernel: on each bundled kernel, or after a walk of other
-    rewrites (rules that need earlier rewrites, a schedule that needs tiles)."""
+    rewrites (rules that need earlier rewrites, a schedule that needs tiles). Not full:
+    only the first kernel, preferring the smallest where it applies before any walk
+    (walks and big checks cost most), at its first site (the fast tier)."""
     rng = random.Random(11)
+    if not full:
+        limit = 1
+        by_size = sorted(lowered.values(), key=lambda entry: sum(
+            int(np.prod(t.shape)) for t in entry[0].inputs.values()))
+        for spec, kernel in by_size:
+            for site in rule.find(kernel)[:1]:
+                try:
+                    out = apply_rule(rule, kernel, site, MNCORE2, rng)
+                except StochoptError:
+                    continue
+                if out is not None:
+                    yield spec, kernel, out
+                    return
     for spec, kernel in lowered.values():
         current = kernel
         for _ in range(40):
@@ -94,6 +110,8 @@ def _applications(lowered, rule, limit=3):
             if outs:
                 for out in outs:
                     yield spec, kernel, out
+                if not full:
+                    return
                 break
             others = [(r, s) for r in RULES for s in [r.find(current)]
                       if s and r is not rule and r.name not in LOSSY]
@@ -106,15 +124,22 @@ def _applications(lowered, rule, limit=3):
                 current = nxt
 
 
+def _strength(full: bool) -> dict:
+    """The check's effort: 12 examples after the structured cases, or (quick) 3 drawn
+    examples, the structured cases left to the full run (they cost most on big specs)."""
+    return {"examples": 12} if full else {"examples": 3, "structured": False}
+
+
 # list_schedule only reorders; tests/search/test_schedule.py proves it on a tiled kernel
 EXACT_RULES = [r for r in RULES if r.name not in LOSSY and r.name != "list_schedule"]
 
 
+@pytest.mark.parametrize("full", QUICK_AND_FULL)
 @pytest.mark.parametrize("rule", EXACT_RULES, ids=lambda r: r.name)
-def test_rule_keeps_meaning(rule, lowered):
+def test_rule_keeps_meaning(rule, full, lowered):
     applied = 0
-    for spec, baseline, out in _applications(lowered, rule):
-        verdict = verify(out, spec, examples=12, baseline=baseline, seed=3)
+    for spec, baseline, out in _applications(lowered, rule, full=full):
+        verdict = verify(out, spec, baseline=baseline, seed=3, **_strength(full))
         if not verdict.equivalent and verdict.counterexample.mismatch.check == "range":
             # the static range analysis is conservative: a rewritten form it cannot
             # prove safe is refused (docs/verification.md, known limits); its values
@@ -143,12 +168,13 @@ def assert_same_exact_values(kernel, baseline, spec, seeds=(0, 1, 2)) -> None:
                                    rtol=1e-9, atol=1e-9 * float(np.abs(want).max() or 1.0))
 
 
+@pytest.mark.parametrize("full", QUICK_AND_FULL)
 @pytest.mark.parametrize("name", LOSSY)
-def test_lossy_bf16_rounding_rule_is_left_to_the_precision_check(name, lowered):
+def test_lossy_bf16_rounding_rule_is_left_to_the_precision_check(name, full, lowered):
     rule = next(r for r in RULES if r.name == name)
     outcomes = set()
-    for spec, baseline, out in _applications(lowered, rule):
-        verdict = verify(out, spec, examples=12, baseline=baseline, seed=3)
+    for spec, baseline, out in _applications(lowered, rule, full=full):
+        verdict = verify(out, spec, baseline=baseline, seed=3, **_strength(full))
         # exact math stays exact: only the precision check may refuse it
         if not verdict.equivalent:
             assert verdict.counterexample.mismatch.check in ("precision", "non-finite")

@@ -36,6 +36,7 @@ def entry(text: str) -> dict:
             "chain": 0}
 
 
+@pytest.mark.slow  # the re-check runs full checks (200 examples) on softmax
 def test_a_best_failing_its_recheck_gives_way_to_the_fastest_earlier_best(run_dir):
     rd, spec, baseline = run_dir
     wrong_cycles = json.loads((rd / "best.json").read_text())["cycles"]
@@ -51,6 +52,7 @@ def test_a_best_failing_its_recheck_gives_way_to_the_fastest_earlier_best(run_di
     assert (rd / "counterexamples" / "recheck.npz").is_file()
 
 
+@pytest.mark.slow  # the re-check runs full checks (200 examples) on softmax
 def test_with_no_earlier_best_that_passes_the_baseline_comes_back(run_dir):
     rd, spec, baseline = run_dir
     note = recheck_best(rd, spec, MNCORE2, 0, baseline, [entry(WRONG)])

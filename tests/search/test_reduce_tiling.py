@@ -87,10 +87,21 @@ def test_an_axis_that_passes_a_reshape_is_refused():
         tile_reduction(kernel, (_seed(kernel, "reduce_max"), 2), SMALL)
 
 
-# most generated kernels have no reduction to tile: filtering them is the point
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
-@given(kernel=kernels(max_ops=10), data=st.data())
-def test_tiling_a_reduced_axis_of_any_kernel_keeps_values_or_refuses_clearly(kernel, data):
+def _tiling_a_reduced_axis_keeps_values_or_refuses_clearly(kernel, data) -> None:
     assert_transform_keeps_values_or_refuses(kernel, data, where_tile_reduction,
                                              tile_reduction, "cannot tile the reduced axis",
                                              1e-9)
+
+
+# most generated kernels have no reduction to tile: filtering them is the point
+@pytest.mark.slow  # the full count; the fast tier runs the same property on 10 below
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(kernel=kernels(max_ops=10), data=st.data())
+def test_tiling_a_reduced_axis_of_any_kernel_keeps_values_or_refuses_clearly(kernel, data):
+    _tiling_a_reduced_axis_keeps_values_or_refuses_clearly(kernel, data)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(kernel=kernels(max_ops=10), data=st.data())
+def test_tiling_a_reduced_axis_keeps_values_or_refuses_quick(kernel, data):
+    _tiling_a_reduced_axis_keeps_values_or_refuses_clearly(kernel, data)

@@ -19,10 +19,20 @@ WHOLE_KERNEL_RULES = ("tile_reduction", "propagate_layout", "swap_matmul_orienta
                       "split_matmul_operand_hi_lo", "list_schedule", "scale_before_matmul")
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the full count; the fast tier runs the same property on 15 below
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(kernel=kernels(max_ops=10), data=st.data())
 def test_a_rule_keeps_exact_values_or_refuses_with_a_constraint_error(kernel, data):
+    _rule_keeps_exact_values_or_refuses(kernel, data)
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kernel=kernels(max_ops=10), data=st.data())
+def test_a_rule_keeps_exact_values_or_refuses_quick(kernel, data):
+    _rule_keeps_exact_values_or_refuses(kernel, data)
+
+
+def _rule_keeps_exact_values_or_refuses(kernel, data) -> None:
     applicable = [r for r in RULES if r.name in WHOLE_KERNEL_RULES and r.find(kernel)]
     assume(applicable)
     rule = data.draw(st.sampled_from(applicable))

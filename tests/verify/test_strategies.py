@@ -66,7 +66,8 @@ def test_structured_inputs_are_inside_the_range_and_representable(s):
         _assert_inside_and_representable(s, build_inputs(s, recipes))
 
 
-@pytest.mark.parametrize("s", [awkward, masked], ids=lambda s: s.name)
+@pytest.mark.parametrize("s", [pytest.param(awkward, marks=pytest.mark.slow),  # seconds
+                               masked], ids=lambda s: s.name)
 def test_drawn_inputs_are_inside_the_range_and_representable(s):
     @settings(max_examples=60, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
@@ -141,6 +142,7 @@ def test_nearby_inputs_move_floats_a_little_and_stay_inside():
         assert (np.abs(b - a) <= (bound + ulp) * np.abs(a)).all()
 
 
+@pytest.mark.slow  # full checks of corpus kernels
 def test_a_failure_shrinks_to_the_simplest_recipe(read_corpus, repo):
     # every input but zeros shows the swapped halves: hypothesis shrinks to the first
     # pattern (uniform), seed 0 and the first fraction
@@ -153,6 +155,7 @@ def test_a_failure_shrinks_to_the_simplest_recipe(read_corpus, repo):
     assert {r.fraction for r in recipes.values()} == {0.5}
 
 
+@pytest.mark.slow  # full checks of corpus kernels
 def test_the_same_seed_finds_the_same_counterexample(read_corpus, repo):
     entry = read_corpus(repo / "tests/verify/corpus/wrong/swiglu__sigmoid_sign.leir")
     first, second = (check(entry.kernel, entry.spec, examples=10, structured=False, seed=5,
