@@ -254,3 +254,12 @@ def test_python_m_stochopt_runs_the_cli():
     assert result.returncode == 0, result.stderr
     for command in ("optimize", "verify", "report", "lower", "run"):
         assert command in result.stdout, command
+
+
+def test_the_version_is_the_one_pyproject_states():
+    import tomllib
+
+    from stochopt.version import __version__
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml")
+                            .read_text())["project"]
+    assert __version__ == project["version"]

@@ -19,6 +19,8 @@ TESTS = Path(__file__).resolve().parent
 # the module that uses it (checked below to exist and not be marked slow).
 THROUGH = {
     "stochopt.__main__": "test_cli.py::test_python_m_stochopt_runs_the_cli",
+    "stochopt.displayable": "test_notebook.py::"
+                            "test_jupyter_finds_html_and_markdown_for_every_object",
     "stochopt.kernel_file": "test_api.py::test_a_bad_kernel_file_names_the_file_line_and_column",
     "stochopt.report.credit": "report/test_facts.py::"
                               "test_each_step_of_the_best_is_credited_along_the_path_its_chain_took",
@@ -29,6 +31,8 @@ THROUGH = {
     # imported there through optimize -> supervisor; only the slow tier's real searches
     # start its worker processes
     "stochopt.search.executor": "search/test_optimize.py::test_bad_arguments_are_clear_errors",
+    "stochopt.search.objective": "search/test_fixpoint_first.py::"
+                                 "test_the_fixpoint_goes_through_the_chain_like_any_candidate",
     "stochopt.search.proposers": "search/test_metropolis.py::"
                                  "test_move_weights_steer_the_mutation_moves",
     # runs only inside a Ray cluster (tests/search/test_ray.py, slow); the fast tier
