@@ -2,8 +2,8 @@
 lower the cycle count, and what it returns passes the full check."""
 
 from stochopt.backend.cost import cost
-from stochopt.backend.machine import load_machine
 from stochopt.lower import lower
+from stochopt.machine import load_machine
 from stochopt.search.greedy import greedy_fixpoint
 from stochopt.spec import load_spec
 from stochopt.verify import check
