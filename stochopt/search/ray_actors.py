@@ -13,6 +13,11 @@ back its inbox and the stop flag. A chain restarted from its last state therefor
 neither repeats nor loses an event. Files the chain writes (its own counterexamples,
 LLM transcripts) go to a scratch folder on its node and travel to the driver, which
 alone writes the run directory.
+
+Ray ships this module by value (stochopt/search/ray_executor.py registers it): it
+imports nothing of stochopt at its top, so a worker loads these classes as it is,
+without a runtime environment, and ``ChainActor.run`` imports stochopt from where the
+driver does.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import os
 import pickle
 import queue
 import tempfile
+import time
 from collections import deque
 from pathlib import Path
 
@@ -29,13 +35,13 @@ SHIPPED = ("counterexamples", "llm")  # the folders of a chain's files the drive
 
 class Coordinator:
     def __init__(self, chains: int, llm_concurrency: int | None,
-                 max_cost: float | None) -> None:
+                 max_cost: float | None, files: dict[str, bytes]) -> None:
         self.inboxes: dict[int, list] = {i: [] for i in range(chains)}
         self.unacknowledged: dict[int, list] = {i: [] for i in range(chains)}
         self.outbox: list = []
         self.stopped = False
         self.best: tuple | None = None
-        self.files: dict[str, bytes] = {}       # counterexamples/<name> -> .npz bytes
+        self.files: dict[str, bytes] = dict(files)  # counterexamples/<name> -> .npz bytes
         self.llm_limit = llm_concurrency
         self.llm_in_flight = 0
         self.max_cost = max_cost
@@ -102,8 +108,9 @@ class Coordinator:
 class Link:
     """A chain's outbox, inbox, stop flag and LLM gate in one, over the coordinator."""
 
-    def __init__(self, coordinator, index: int, scratch: Path) -> None:
+    def __init__(self, coordinator, index: int, scratch: Path, sync_s: float) -> None:
         self.coordinator, self.index, self.scratch = coordinator, index, scratch
+        self.sync_s, self.last_sync = sync_s, time.monotonic()
         self.out: list = []
         self.inbox: deque = deque()
         self.stopped = False
@@ -114,7 +121,10 @@ class Link:
         if message[0] == "state":
             message = ("state", message[1], portable_state(message[2]))
         self.out.append(message)
-        if message[0] in ("state", "done"):
+        # a batch ends with a state, which the chain sends right after its events: a
+        # chain restarted from the last state the driver has repeats and loses nothing
+        if message[0] == "done" or message[0] == "state" and \
+                time.monotonic() - self.last_sync >= self.sync_s:
             self.sync()
 
     def sync(self) -> None:
@@ -122,7 +132,7 @@ class Link:
         files = self._changed_files()  # before the state that may name them
         batch = pickle.dumps(self.out, protocol=pickle.HIGHEST_PROTOCOL)
         inbox, stopped = ray.get(self.coordinator.sync.remote(self.index, batch, files))
-        self.out = []
+        self.out, self.last_sync = [], time.monotonic()
         self.stopped = self.stopped or stopped
         for message in inbox:
             if message[0] == "refuted":  # a counterexample's name: fetch it to this node
@@ -186,17 +196,25 @@ def portable_state(state: dict) -> dict:
 class ChainActor:
     """One chain on whichever node Ray placed it."""
 
-    def run(self, job, coordinator, spec_text: str) -> None:
+    def run(self, job_pickle: bytes, coordinator, spec_text: str, import_paths: list[str],
+            sync_s: float) -> None:
+        """The chain of the pickled Job, with the stochopt the driver runs: its
+        ``import_paths`` go first on this worker's sys.path before anything of stochopt
+        is imported (the job's unpickling included). It calls the coordinator every
+        ``sync_s`` seconds."""
+        import sys
         from dataclasses import replace
+        sys.path[:] = [*import_paths, *(p for p in sys.path if p not in import_paths)]
 
         from threadpoolctl import threadpool_limits
 
         from stochopt.search.driver import _work
+        job = pickle.loads(job_pickle)
         threadpool_limits(1)
         scratch = Path(tempfile.mkdtemp(prefix=f"stochopt-chain{job.index}-"))
         (scratch / "counterexamples").mkdir()
         (scratch / "spec.py").write_text(spec_text)
-        link = Link(coordinator, job.index, scratch)
+        link = Link(coordinator, job.index, scratch, sync_s)
         try:
             state = job.state
             if state:  # its counterexamples, fetched to this node
