@@ -16,9 +16,9 @@ drifting load favours neither.
 Per run: ``rate``, candidates over the elapsed budget (setup, the chains' start and the
 final checks included: the issue's figure, as the summary prints it); ``search_rate``,
 candidates over the time from the first candidate to the last; and, on Ray, the CPU
-seconds spent during the budget by the chains' actors (``chains_cpu_s``) and by
-everything else of the run (``others_cpu_s``: the driver, the check worker, the
-coordinator, Ray's daemons), which a loaded machine changes far less than the rates.
+seconds spent during the budget (``cpu_s``) by the chains' actors, the driver, the check
+worker, the coordinator and Ray's own processes (raylets, GCS, agents, idle workers),
+which a loaded machine changes far less than the rates.
 Per pair: 2 nodes / 1 node of both rates; at the end, their medians.
 """
 
@@ -60,12 +60,12 @@ def ray_run(nodes: int, budget: str, seed: int, run_dir: Path) -> dict:
         watch = CpuWatch()
         result = optimize(SOFTMAX, budget=budget, seed=seed, run_dir=str(run_dir),
                           ray=cluster.address)
-        chains, others = watch.stop()
+        cpu_s = watch.stop()
     finally:
         ray.shutdown()
         cluster.shutdown()
     return {**_row(f"ray, {nodes} node(s)", result, run_dir), "settle_s": settle_s,
-            "chains_cpu_s": round(chains, 1), "others_cpu_s": round(others, 1)}
+            "cpu_s": cpu_s}
 
 
 def local_run(chains: int, budget: str, seed: int, run_dir: Path) -> dict:
@@ -133,19 +133,32 @@ class CpuWatch:
         while not self.done.wait(SAMPLE_S):
             self.last.update(_tree_cpu())
 
-    def stop(self) -> tuple[float, float]:
-        """CPU seconds since the start: the chains' actors', and everything else's."""
+    def stop(self) -> dict[str, float]:
+        """CPU seconds since the start, by role: the chains' actors, the driver, the
+        check workers, the coordinator, and Ray's own processes."""
         self.done.set()
         self.thread.join()
         alive = _tree_cpu()
         self.last.update(alive)
-        # this process's children that ended were reaped by it: os.times() has them
-        used = {pid: (command, seconds - self.first.get(pid, (0, "", 0.0))[2])
-                for pid, (parent, command, seconds) in self.last.items()
-                if pid in alive or parent != os.getpid()}
-        chains = sum(s for command, s in used.values() if "ChainActor" in command)
-        others = sum(s for _, s in used.values()) - chains
-        return chains, others + _reaped_children_cpu() - self.reaped
+        used = {"chains": 0.0, "driver": 0.0, "checks": 0.0, "coordinator": 0.0, "ray": 0.0}
+        for pid, (parent, command, seconds) in self.last.items():
+            if pid not in alive and parent == os.getpid():
+                continue  # a child of the driver that ended: os.times() has it, below
+            used[_role(pid, command)] += seconds - self.first.get(pid, (0, "", 0.0))[2]
+        used["checks"] += _reaped_children_cpu() - self.reaped
+        return {role: round(seconds, 1) for role, seconds in used.items()}
+
+
+def _role(pid: int, command: str) -> str:
+    if pid == os.getpid():
+        return "driver"
+    if "ChainActor" in command:
+        return "chains"
+    if "Coordinator" in command:
+        return "coordinator"
+    if "multiprocessing" in command:  # the check pool's spawned workers
+        return "checks"
+    return "ray"
 
 
 def _reaped_children_cpu() -> float:
