@@ -196,26 +196,26 @@ def portable_state(state: dict) -> dict:
 class ChainActor:
     """One chain on whichever node Ray placed it."""
 
-    def run(self, job_pickle: bytes, coordinator, spec_text: str, import_paths: list[str],
-            sync_s: float) -> None:
-        """The chain of the pickled Job, with the stochopt the driver runs: its
+    def run(self, index: int, job_pickle: bytes, coordinator, spec_text: str,
+            import_paths: list[str], sync_s: float) -> None:
+        """Chain ``index``, of the pickled Job, with the stochopt the driver runs: its
         ``import_paths`` go first on this worker's sys.path before anything of stochopt
         is imported (the job's unpickling included). It calls the coordinator every
         ``sync_s`` seconds."""
         import sys
         from dataclasses import replace
         sys.path[:] = [*import_paths, *(p for p in sys.path if p not in import_paths)]
-
-        from threadpoolctl import threadpool_limits
-
-        from stochopt.search.driver import _work
-        job = pickle.loads(job_pickle)
-        threadpool_limits(1)
-        scratch = Path(tempfile.mkdtemp(prefix=f"stochopt-chain{job.index}-"))
+        scratch = Path(tempfile.mkdtemp(prefix=f"stochopt-chain{index}-"))
         (scratch / "counterexamples").mkdir()
         (scratch / "spec.py").write_text(spec_text)
-        link = Link(coordinator, job.index, scratch, sync_s)
-        try:
+        link = Link(coordinator, index, scratch, sync_s)
+        try:  # a chain that cannot start says why, as one that dies does
+            _imports_from(Path(import_paths[0]))
+            from threadpoolctl import threadpool_limits
+
+            from stochopt.search.driver import _work
+            threadpool_limits(1)
+            job = pickle.loads(job_pickle)
             state = job.state
             if state:  # its counterexamples, fetched to this node
                 state = {**state, "counterexamples": link.materialize(
@@ -225,6 +225,15 @@ class ChainActor:
                           state=state)
             _work(job, link, link, link, os.getppid(), llm_gate=link)
         except BaseException as e:  # a dying chain must say why, never hang the run
-            link.put(("error", job.index, f"{type(e).__name__}: {e}"))
+            link.put(("error", index, f"{type(e).__name__}: {e}"))
         finally:
-            link.put(("done", job.index))
+            link.put(("done", index))
+
+
+def _imports_from(root: Path) -> None:
+    """Fail, naming both, when stochopt comes from elsewhere than the driver's ``root``
+    on a node that has that folder (a node without it uses its own installation)."""
+    import stochopt
+    found = Path(stochopt.__file__).resolve().parent.parent
+    if root.is_dir() and found != root.resolve():
+        raise ImportError(f"this node imports stochopt from {found}, the driver from {root}")

@@ -156,8 +156,8 @@ class RayExecutor:
         actor = self.chain_class.options(num_cpus=cpus, max_restarts=0,
                                          scheduling_strategy="SPREAD").remote()
         self.actors[job.index] = actor
-        self.runs[actor.run.remote(pickle.dumps(job), self.coordinator, self.spec_text,
-                                   self.import_paths, self.sync_s)] = job.index
+        self.runs[actor.run.remote(job.index, pickle.dumps(job), self.coordinator,
+                                   self.spec_text, self.import_paths, self.sync_s)] = job.index
 
     # -- messages ---------------------------------------------------------------------
     def get(self, timeout: float) -> tuple | None:
