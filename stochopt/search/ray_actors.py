@@ -13,6 +13,11 @@ back its inbox and the stop flag. A chain restarted from its last state therefor
 neither repeats nor loses an event. Files the chain writes (its own counterexamples,
 LLM transcripts) go to a scratch folder on its node and travel to the driver, which
 alone writes the run directory.
+
+Ray ships this module by value (stochopt/search/ray_executor.py registers it): it
+imports nothing of stochopt at its top, so a worker loads these classes as it is,
+without a runtime environment, and ``ChainActor.run`` imports stochopt from where the
+driver does.
 """
 
 from __future__ import annotations
@@ -21,23 +26,22 @@ import os
 import pickle
 import queue
 import tempfile
+import time
 from collections import deque
 from pathlib import Path
-
-from stochopt.rundir import COUNTEREXAMPLES, SPEC_PY
 
 SHIPPED = ("counterexamples", "llm")  # the folders of a chain's files the driver keeps
 
 
 class Coordinator:
     def __init__(self, chains: int, llm_concurrency: int | None,
-                 max_cost: float | None) -> None:
+                 max_cost: float | None, files: dict[str, bytes]) -> None:
         self.inboxes: dict[int, list] = {i: [] for i in range(chains)}
         self.unacknowledged: dict[int, list] = {i: [] for i in range(chains)}
         self.outbox: list = []
         self.stopped = False
         self.best: tuple | None = None
-        self.files: dict[str, bytes] = {}       # counterexamples/<name> -> .npz bytes
+        self.files: dict[str, bytes] = dict(files)  # counterexamples/<name> -> .npz bytes
         self.llm_limit = llm_concurrency
         self.llm_in_flight = 0
         self.max_cost = max_cost
@@ -104,8 +108,9 @@ class Coordinator:
 class Link:
     """A chain's outbox, inbox, stop flag and LLM gate in one, over the coordinator."""
 
-    def __init__(self, coordinator, index: int, scratch: Path) -> None:
+    def __init__(self, coordinator, index: int, scratch: Path, sync_s: float) -> None:
         self.coordinator, self.index, self.scratch = coordinator, index, scratch
+        self.sync_s, self.last_sync = sync_s, time.monotonic()
         self.out: list = []
         self.inbox: deque = deque()
         self.stopped = False
@@ -116,7 +121,10 @@ class Link:
         if message[0] == "state":
             message = ("state", message[1], portable_state(message[2]))
         self.out.append(message)
-        if message[0] in ("state", "done"):
+        # a batch ends with a state, which the chain sends right after its events: a
+        # chain restarted from the last state the driver has repeats and loses nothing
+        if message[0] == "done" or message[0] == "state" and \
+                time.monotonic() - self.last_sync >= self.sync_s:
             self.sync()
 
     def sync(self) -> None:
@@ -124,7 +132,7 @@ class Link:
         files = self._changed_files()  # before the state that may name them
         batch = pickle.dumps(self.out, protocol=pickle.HIGHEST_PROTOCOL)
         inbox, stopped = ray.get(self.coordinator.sync.remote(self.index, batch, files))
-        self.out = []
+        self.out, self.last_sync = [], time.monotonic()
         self.stopped = self.stopped or stopped
         for message in inbox:
             if message[0] == "refuted":  # a counterexample's name: fetch it to this node
@@ -188,27 +196,45 @@ def portable_state(state: dict) -> dict:
 class ChainActor:
     """One chain on whichever node Ray placed it."""
 
-    def run(self, job, coordinator, spec_text: str) -> None:
+    def run(self, index: int, job_pickle: bytes, coordinator, spec_text: str,
+            import_paths: list[str], sync_s: float) -> None:
+        """Chain ``index``, of the pickled Job, with the stochopt the driver runs: its
+        ``import_paths`` go first on this worker's sys.path before anything of stochopt
+        is imported (the job's unpickling included). It calls the coordinator every
+        ``sync_s`` seconds."""
+        import sys
         from dataclasses import replace
+        sys.path[:] = [*import_paths, *(p for p in sys.path if p not in import_paths)]
+        scratch = Path(tempfile.mkdtemp(prefix=f"stochopt-chain{index}-"))
+        link = Link(coordinator, index, scratch, sync_s)
+        try:  # a chain that cannot start says why, as one that dies does
+            _imports_from(Path(import_paths[0]))
+            from threadpoolctl import threadpool_limits
 
-        from threadpoolctl import threadpool_limits
-
-        from stochopt.search.driver import _work
-        threadpool_limits(1)
-        scratch = Path(tempfile.mkdtemp(prefix=f"stochopt-chain{job.index}-"))
-        (scratch / COUNTEREXAMPLES).mkdir()
-        (scratch / SPEC_PY).write_text(spec_text)
-        link = Link(coordinator, job.index, scratch)
-        try:
+            from stochopt.rundir import COUNTEREXAMPLES, SPEC_PY
+            from stochopt.search.driver import _work
+            threadpool_limits(1)
+            (scratch / COUNTEREXAMPLES).mkdir()
+            (scratch / SPEC_PY).write_text(spec_text)
+            job = pickle.loads(job_pickle)
             state = job.state
             if state:  # its counterexamples, fetched to this node
                 state = {**state, "counterexamples": link.materialize(
-                    [f"counterexamples/{Path(p).name}"
+                    [f"{COUNTEREXAMPLES}/{Path(p).name}"
                      for p in state.get("counterexamples", [])])}
             job = replace(job, run_dir=str(scratch), spec_path=str(scratch / SPEC_PY),
                           state=state)
             _work(job, link, link, link, os.getppid(), llm_gate=link)
         except BaseException as e:  # a dying chain must say why, never hang the run
-            link.put(("error", job.index, f"{type(e).__name__}: {e}"))
+            link.put(("error", index, f"{type(e).__name__}: {e}"))
         finally:
-            link.put(("done", job.index))
+            link.put(("done", index))
+
+
+def _imports_from(root: Path) -> None:
+    """Fail, naming both, when stochopt comes from elsewhere than the driver's ``root``
+    on a node that has that folder (a node without it uses its own installation)."""
+    import stochopt
+    found = Path(stochopt.__file__).resolve().parent.parent
+    if root.is_dir() and found != root.resolve():
+        raise ImportError(f"this node imports stochopt from {found}, the driver from {root}")

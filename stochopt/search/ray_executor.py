@@ -27,7 +27,13 @@ from pathlib import Path
 from stochopt.errors import StochoptError
 from stochopt.search.driver import FLUSH_S, Job
 
-POLL_S = 0.05        # the longest the driver waits between two looks at the coordinator
+# Every call to an actor costs about a millisecond of CPU on each side, taken from the
+# chains when the cluster's CPUs are also the driver's: the driver reads the coordinator
+# four times a second, and between two reads sleeps on its own queue (the check pool's
+# verdicts); a chain calls the coordinator every SYNC_S (see sync_period).
+DRAIN_S = 0.25       # how often the driver reads what the chains said
+SYNC_S = 0.5         # how often a chain sends its events and state and takes its inbox
+SYNCS_PER_S = 500    # ... less often on a large cluster: the coordinator's calls a second
 WATCH_S = 0.5        # how often it looks for chains whose actor died
 CLOSE_S = 5.0        # how long close() waits for the chains to end before killing them
 LOCAL_STORE_BYTES = 256 * 1024**2  # a private cluster needs little: messages, no tensors
@@ -59,12 +65,10 @@ def connect(address: str):
                             hint=f"install it: {INSTALL}") from None
     if ray.is_initialized():
         return ray
-    # the workers import stochopt from where this process does (a checkout, a venv)
-    root = str(Path(__file__).resolve().parents[2])
-    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    # no runtime environment: a job that has one gets workers started for it alone,
+    # seconds each (the actors' code finds stochopt by import_paths() instead)
     options = {"include_dashboard": False, "log_to_driver": False,
-               "logging_level": logging.WARNING,
-               "runtime_env": {"env_vars": {"PYTHONPATH": path}}}
+               "logging_level": logging.WARNING}
     try:
         if address == "local":
             ray.init(num_cpus=os.cpu_count() or 1, object_store_memory=LOCAL_STORE_BYTES,
@@ -77,6 +81,21 @@ def connect(address: str):
                             hint="start one with `ray start --head`, or use --ray local"
                             ) from None
     return ray
+
+
+def import_paths() -> list[str]:
+    """Where this process imports stochopt from (a checkout, a venv), and its PYTHONPATH:
+    a chain actor puts them first on its sys.path, so the workers run this stochopt."""
+    import stochopt
+    root = str(Path(stochopt.__file__).resolve().parent.parent)
+    return [root, *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                    if p and p != root)]
+
+
+def sync_period(chains: int) -> float:
+    """Seconds between two calls of a chain to the coordinator: SYNC_S, or longer when
+    the chains would call it more than SYNCS_PER_S times a second."""
+    return max(SYNC_S, chains / SYNCS_PER_S)
 
 
 def cluster_cpus(address: str) -> int:
@@ -96,55 +115,76 @@ class RayExecutor:
         self.last_state: dict[int, dict] = {}
         self.done: set[int] = set()
         self.stop_requested = self.stop_sent = False
-        self.stop_sent_at = self.last_watch = 0.0
+        self.stop_sent_at = self.last_watch = self.last_drain = 0.0
 
     def start(self, jobs: list[Job], outbox) -> None:
         self.ray = ray = connect(self.address)
         self.outbox = outbox
         self.run_dir = Path(jobs[0].run_dir)
         self.spec_text = Path(jobs[0].spec_path).read_text()
+        # a chain's state comes right after each flush of its events (the two clocks of
+        # the chain's loop run together); its link sends what came every sync_s
         self.jobs = {j.index: replace(j, state_every_s=FLUSH_S) for j in jobs}
+        self.sync_s = sync_period(len(jobs))
+        self.import_paths = import_paths()
         llm = jobs[0].llm if "llm" in jobs[0].arms else None
-        self.coordinator = ray.remote(_coordinator_class()).options(
-            num_cpus=0, scheduling_strategy=_on_head(ray)).remote(
-            len(jobs), (llm or {}).get("concurrency"), (llm or {}).get("max_cost"))
-        # a resumed run's chains screen with counterexamples this machine holds
+        # a resumed run's chains screen with counterexamples this machine holds: the
+        # coordinator has them before any chain can ask
         names = {f"counterexamples/{Path(p).name}" for j in jobs if j.state
                  for p in j.state.get("counterexamples", [])}
-        ray.get(self.coordinator.put_files.remote(
-            {n: (self.run_dir / n).read_bytes() for n in names
-             if (self.run_dir / n).is_file()}))
-        self.chain_class = ray.remote(_chain_class())
+        files = {n: (self.run_dir / n).read_bytes() for n in names
+                 if (self.run_dir / n).is_file()}
+        from stochopt.search import ray_actors
+        # the actors' classes travel by value, so a worker loads them without importing
+        # stochopt (ChainActor.run imports it from import_paths())
+        ray.cloudpickle.register_pickle_by_value(ray_actors)
+        self.coordinator = ray.remote(ray_actors.Coordinator).options(
+            num_cpus=0, scheduling_strategy=_on_head(ray)).remote(
+            len(jobs), (llm or {}).get("concurrency"), (llm or {}).get("max_cost"), files)
+        self.chain_class = ray.remote(ray_actors.ChainActor)
         # chains beyond the cluster's CPUs share them (as processes would) rather than
-        # wait forever for a CPU of their own
+        # wait forever for a CPU of their own; the chains' processes start while the
+        # coordinator's does
         total = int(ray.cluster_resources().get("CPU", 1))
         for job in jobs:
             self._launch(self.jobs[job.index], cpus=1 if job.index < total else 0)
 
-    def _launch(self, job: Job, cpus: float) -> None:
+    def _launch(self, job: Job, cpus: float, restart: bool = False) -> None:
         ray = self.ray
-        ray.get(self.coordinator.attach.remote(job.index))
+        if restart:  # before the new chain's first call: what its predecessor had not taken
+            ray.get(self.coordinator.attach.remote(job.index))
         actor = self.chain_class.options(num_cpus=cpus, max_restarts=0,
                                          scheduling_strategy="SPREAD").remote()
         self.actors[job.index] = actor
-        self.runs[actor.run.remote(job, self.coordinator, self.spec_text)] = job.index
+        self.runs[actor.run.remote(job.index, pickle.dumps(job), self.coordinator,
+                                   self.spec_text, self.import_paths, self.sync_s)] = job.index
 
     # -- messages ---------------------------------------------------------------------
     def get(self, timeout: float) -> tuple | None:
+        self._send_stop()
         if time.monotonic() - self.last_watch > WATCH_S:
             self._watch()
         for take in (self._take_buffered, self._take_local):
             message = take()
             if message is not None:
                 return message
-        self._drain()
-        message = self._take_buffered()
-        if message is not None:
-            return message
+        if time.monotonic() - self.last_drain >= DRAIN_S:
+            self._drain()
+            message = self._take_buffered()
+            if message is not None:
+                return message
+        # until the next read of the coordinator, only a verdict can arrive
+        wait = min(timeout, max(0.0, self.last_drain + DRAIN_S - time.monotonic()))
         try:
-            return self.outbox.get(timeout=min(timeout, POLL_S))
+            return self.outbox.get(timeout=wait)
         except queue.Empty:
             return None
+
+    def _send_stop(self) -> None:
+        """The stop flag to the coordinator, once (stop() may be a signal handler)."""
+        if self.stop_requested and not self.stop_sent:
+            self.coordinator.stop.remote()
+            self.stop_sent, self.stop_sent_at = True, time.monotonic()
 
     def _take_buffered(self) -> tuple | None:
         return self.buffer.popleft() if self.buffer else None
@@ -157,9 +197,7 @@ class RayExecutor:
 
     def _drain(self) -> None:
         from stochopt.rundir import atomic_write_bytes
-        if self.stop_requested and not self.stop_sent:
-            self.coordinator.stop.remote()
-            self.stop_sent, self.stop_sent_at = True, time.monotonic()
+        self.last_drain = time.monotonic()
         for item in self.ray.get(self.coordinator.drain.remote()):
             if item[0] == "file":  # the driver alone writes the run directory
                 atomic_write_bytes(self.run_dir / item[1], item[2])
@@ -219,7 +257,7 @@ class RayExecutor:
             job = replace(self.jobs[index], state=self.last_state.get(index,
                                                                       self.jobs[index].state))
             free = self.ray.available_resources().get("CPU", 0) >= 1
-            self._launch(job, cpus=1 if free else 0)
+            self._launch(job, cpus=1 if free else 0, restart=True)
             self.buffer.append(("restarted", index, f"its actor died ({why}); started again "
                                 f"from its last state{'' if free else ' on a shared CPU'}"))
 
@@ -233,7 +271,7 @@ class RayExecutor:
     def close(self) -> None:
         self.stop_requested = True
         try:
-            self._drain()
+            self._send_stop()
             if self.runs:
                 self.ray.wait(list(self.runs), num_returns=len(self.runs), timeout=CLOSE_S)
         except Exception:  # noqa: BLE001 - a cluster going away must not hide the result
@@ -264,12 +302,3 @@ def _on_head(ray):
     except Exception:  # noqa: BLE001 - no head in sight (Ray Client): anywhere will do
         return "DEFAULT"
 
-
-def _coordinator_class():
-    from stochopt.search.ray_actors import Coordinator
-    return Coordinator
-
-
-def _chain_class():
-    from stochopt.search.ray_actors import ChainActor
-    return ChainActor
