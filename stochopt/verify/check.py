@@ -175,13 +175,13 @@ class _Comparison:
         if ref.shape != out_shape:
             raise StochoptError(f"the spec returns shape {ref.shape}, the kernel {out_shape}")
         size = None if self.baseline is None else magnitudes(self.baseline, inputs, ref)
-        sem, bad = semantic_error(emulate(self.kernel, inputs, self.machine, exact=True), ref,
+        sem, bad = semantic_error(emulate(self.kernel, inputs, exact=True), ref,
                                   self.typical_scale, size)
         self.semantic = max(self.semantic, sem)
         if bad is not None:
             return bad
-        got = emulate(self.kernel, inputs, self.machine)
-        base = None if self.baseline is None else emulate(self.baseline, inputs, self.machine)
+        got = emulate(self.kernel, inputs)
+        base = None if self.baseline is None else emulate(self.baseline, inputs)
         judge = partial(precision_check, got, ref, self.spec.output_dtype, self.spec.rtol,
                         self.spec.atol, base, magnitude=size)
         prec, bad = judge()
@@ -224,7 +224,7 @@ def baseline_error_nearby(spec: Spec, baseline: Kernel, inputs: dict[str, np.nda
         ref = reference_output(spec, x)
         tol = tolerance(ref, spec.output_dtype, spec.rtol, spec.atol,
                         magnitudes(baseline, x, ref))
-        worst = np.maximum(worst, row_worst(precision_ratio(emulate(baseline, x, machine),
+        worst = np.maximum(worst, row_worst(precision_ratio(emulate(baseline, x),
                                                            ref, tol)))
     return worst
 

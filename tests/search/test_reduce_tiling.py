@@ -42,8 +42,8 @@ def test_softmax_attention_tiles_over_positions_and_keeps_meaning():
     slices = [n.attr("bounds") for n in tiled.nodes if n.op == "slice"]
     assert ((0, 1024), (0, 128)) in slices and ((1024, 2048), (0, 128)) in slices
     inputs = random_inputs(kernel, seed=0, low=-1.0, high=1.0)
-    want = emulate(kernel, inputs, MNCORE2, exact=True)
-    np.testing.assert_allclose(emulate(tiled, inputs, MNCORE2, exact=True), want, rtol=1e-9)
+    want = emulate(kernel, inputs, exact=True)
+    np.testing.assert_allclose(emulate(tiled, inputs, exact=True), want, rtol=1e-9)
     # the tiles' scores are shifted by the max of the tiles' maxima, which is right, but
     # the range analysis relates a shift to its scores only through slices of one value,
     # so it cannot see that here and refuses (docs/verification.md, known limits): the
@@ -65,8 +65,8 @@ def test_a_tensor_read_by_two_matmuls_is_loaded_once_per_tile():
             and tiled.nodes[tiled.nodes[n.args[0]].args[0]].attr("name") == "c_kv"]
     assert len(c_kv) == 4
     inputs = random_inputs(kernel, seed=0, low=-1.0, high=1.0)
-    want = emulate(kernel, inputs, MNCORE2, exact=True)
-    np.testing.assert_allclose(emulate(tiled, inputs, MNCORE2, exact=True), want, rtol=1e-12)
+    want = emulate(kernel, inputs, exact=True)
+    np.testing.assert_allclose(emulate(tiled, inputs, exact=True), want, rtol=1e-12)
 
 
 def test_an_axis_that_reaches_the_output_is_left_to_tile_output():
