@@ -8,8 +8,9 @@ the op table (ops.py) names one of the rule kinds below per op, as JAX's
 ``defvectorized`` covers every elementwise op at once.
 
 A rule takes (operand types, result type, static arguments, axis of the result) and
-returns one axis or WHOLE per tensor operand, or raises NotTiled saying why the op mixes
-the rows of that axis (a reduction along it, a slice of it).
+returns one axis or WHOLE per tensor operand (or no axes at all: the op makes each
+block's value itself, as a load reading its block's DRAM slice), or raises NotTiled
+saying why the op mixes the rows of that axis (a reduction along it, a slice of it).
 """
 
 from __future__ import annotations

@@ -105,6 +105,8 @@ def _input_axes(k: Kernel, i: int, ax: int | None) -> list[tuple[int, int | None
         axes = op_of(n.op).tiling([k.nodes[j].type for j in ins], n.type, dict(n.attrs), ax)
     except NotTiled as e:
         raise refuse(k, i, str(e)) from None
+    if not axes:  # the op makes each block's value itself (load, full): nothing to follow
+        return []
     return list(zip(ins, axes, strict=True))
 
 

@@ -154,8 +154,8 @@ def _sig(d) -> str:
 class _Comparison:
     """Runs one input through kernel, baseline and reference; keeps the worst errors."""
 
-    def __init__(self, kernel, spec, baseline, machine, deadline: float | None) -> None:
-        self.kernel, self.spec, self.baseline, self.machine = kernel, spec, baseline, machine
+    def __init__(self, kernel, spec, baseline, deadline: float | None) -> None:
+        self.kernel, self.spec, self.baseline = kernel, spec, baseline
         self.deadline = deadline
         self.semantic = 0.0
         self.precision = 0.0
@@ -190,7 +190,7 @@ class _Comparison:
             # one input is one sample of rounding luck, for the baseline too (all of a
             # constant input is one value): before refusing, take the baseline's worst
             # error on a few inputs near this one as well
-            near = baseline_error_nearby(self.spec, self.baseline, inputs, self.machine)
+            near = baseline_error_nearby(self.spec, self.baseline, inputs)
             prec, bad = judge(baseline_error=near)
         self.precision = max(self.precision, prec)
         self.last_score = prec
@@ -213,7 +213,7 @@ NEARBY_INPUTS = 4
 
 
 def baseline_error_nearby(spec: Spec, baseline: Kernel, inputs: dict[str, np.ndarray],
-                          machine, count: int = NEARBY_INPUTS) -> np.ndarray:
+                          count: int = NEARBY_INPUTS) -> np.ndarray:
     """The baseline's worst precision error (a fraction of the tolerance) per row (the
     last axis) on `count` inputs near these (strategies.nearby_inputs): the error level
     of the spec's own formula around this input, which the input alone measures by luck
@@ -254,7 +254,7 @@ def check(kernel: Kernel, spec: Spec, *, examples: int = DEFAULT_EXAMPLES, seed:
         baseline = lower(spec, machine)
     start = time.perf_counter()
     hazard = range_refusal(kernel, baseline, spec)
-    cmp = _Comparison(kernel, spec, baseline, machine, deadline)
+    cmp = _Comparison(kernel, spec, baseline, deadline)
     cuts = kernel_boundaries(kernel, spec)
     try:
         if hazard is not None:

@@ -10,12 +10,12 @@ from stochopt.backend.cost import cost
 from stochopt.backend.emulate import emulate
 from stochopt.backend.machine import MNCORE2
 from stochopt.errors import ConstraintError, StochoptError
-from stochopt.leir import check, parse, render
+from stochopt.leir import parse, render, typecheck
 from stochopt.leir.types import native_dtype
 from stochopt.lower import lower
 from stochopt.search.mutate import MOVES
 from stochopt.search.rewrite import RULES, apply_rule
-from stochopt.verify import check as verify
+from stochopt.verify import check
 
 LOSSY = ("round_matmul_operands_to_bf16", "split_matmul_operand_hi_lo")
 SPECS = ["softmax", "mla_decode", "rmsnorm", "matmul_bias_gelu", "rotary", "attention_scores"]
@@ -67,7 +67,7 @@ def test_every_move_yields_a_well_formed_kernel_or_a_constraint_error(move, lowe
             if out is None:
                 continue
             made += 1
-            assert check(out, MNCORE2) == out
+            assert typecheck(out, MNCORE2) == out
             assert parse(render(out)) == out
             try:
                 cost(out, MNCORE2)
@@ -114,7 +114,7 @@ EXACT_RULES = [r for r in RULES if r.name not in LOSSY and r.name != "list_sched
 def test_rule_keeps_meaning(rule, lowered):
     applied = 0
     for spec, baseline, out in _applications(lowered, rule):
-        verdict = verify(out, spec, examples=12, baseline=baseline, seed=3)
+        verdict = check(out, spec, examples=12, baseline=baseline, seed=3)
         if not verdict.equivalent and verdict.counterexample.mismatch.check == "range":
             # the static range analysis is conservative: a rewritten form it cannot
             # prove safe is refused (docs/verification.md, known limits); its values
@@ -148,7 +148,7 @@ def test_lossy_bf16_rounding_rule_is_left_to_the_precision_check(name, lowered):
     rule = next(r for r in RULES if r.name == name)
     outcomes = set()
     for spec, baseline, out in _applications(lowered, rule):
-        verdict = verify(out, spec, examples=12, baseline=baseline, seed=3)
+        verdict = check(out, spec, examples=12, baseline=baseline, seed=3)
         # exact math stays exact: only the precision check may refuse it
         if not verdict.equivalent:
             assert verdict.counterexample.mismatch.check in ("precision", "non-finite")

@@ -10,11 +10,11 @@ from stochopt.backend.cost import cost
 from stochopt.backend.emulate import emulate, random_inputs
 from stochopt.backend.machine import MNCORE2, SMALL
 from stochopt.errors import ConstraintError
-from stochopt.leir import check, parse, render
+from stochopt.leir import parse, render, typecheck
 from stochopt.lower import lower
 from stochopt.search.reduce_tiling import tile_reduction, where_tile_reduction
 from stochopt.search.schedule import schedule
-from stochopt.verify import check as verify
+from stochopt.verify import check
 from tests.strategies import (
     assert_transform_keeps_values_or_refuses,
     kernels,
@@ -33,7 +33,7 @@ def _seed(kernel, op: str) -> int:
 def test_softmax_attention_tiles_over_positions_and_keeps_meaning():
     spec, kernel = lowered("attention_decode")
     tiled = tile_reduction(kernel, (_seed(kernel, "reduce_max"), 2), MNCORE2)
-    assert check(tiled, MNCORE2) == tiled and parse(render(tiled)) == tiled
+    assert typecheck(tiled, MNCORE2) == tiled and parse(render(tiled)) == tiled
     ops = [n.op for n in tiled.nodes]
     # k and v each loaded in two position tiles; the max, the sum and the output
     # matmul each combined once from their two partials
@@ -48,7 +48,7 @@ def test_softmax_attention_tiles_over_positions_and_keeps_meaning():
     # the range analysis relates a shift to its scores only through slices of one value,
     # so it cannot see that here and refuses (docs/verification.md, known limits): the
     # verifier errs toward refusing, never toward accepting an unproved exp
-    verdict = verify(tiled, spec, examples=8, baseline=kernel, seed=1)
+    verdict = check(tiled, spec, examples=8, baseline=kernel, seed=1)
     assert verdict.equivalent or (verdict.counterexample.mismatch.check == "range"
                                   and "exp(" in verdict.range_refusal)
     # the schedule overlaps one tile's loads with the other's work; since the lowering
