@@ -260,7 +260,7 @@ def check(kernel: Kernel, spec: Spec, *, examples: int = DEFAULT_EXAMPLES, seed:
         if hazard is not None:
             return _refused_by_range(cmp, hazard, spec, seed, extra_inputs, structured,
                                      cuts, start)
-        return _check(cmp, spec, examples, seed, extra_inputs, structured, cuts, start)
+        return _check(cmp, examples, seed, extra_inputs, structured, cuts, start)
     except CheckInterrupted:
         return Verdict(False, cmp.count, seed, cmp.semantic, cmp.precision, None,
                        time.perf_counter() - start, interrupted=True)
@@ -309,7 +309,8 @@ def _refused_by_range(cmp, hazard: Hazard, spec, seed, extra_inputs, structured,
                    time.perf_counter() - start, range_refusal=hazard.describe())
 
 
-def _check(cmp, spec, examples, seed, extra_inputs, structured, cuts, start) -> Verdict:
+def _check(cmp, examples, seed, extra_inputs, structured, cuts, start) -> Verdict:
+    spec = cmp.spec
 
     def verdict(bad: Counterexample | None) -> Verdict:
         return Verdict(bad is None, cmp.count, seed, cmp.semantic, cmp.precision, bad,

@@ -5,8 +5,10 @@ tiles, mutates and screens."""
 from __future__ import annotations
 
 import inspect
+import re
 from functools import partial
 from math import ceil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -139,6 +141,15 @@ def test_every_op_parses_types_renders_emulates_costs_and_tiles(name):
             assert all(a is None or 0 <= a < len(t.shape)
                        for a, t in zip(axes, operands, strict=False))
     assert least_op_cycles(name, SMALL) >= 0
+
+
+def test_the_machine_docs_price_every_elementwise_op_as_its_entry_does():
+    text = (Path(__file__).resolve().parents[2] / "docs" / "machine.md").read_text()
+    documented = {name: int(cycles) for cycles, names in
+                  re.findall(r"^\| (\d+) \| `([a-z_ ]+)` \|$", text, re.M)
+                  for name in names.split()}
+    assert documented == {op.name: op.cost.cycles_per_elem for op in OPS.values()
+                          if op.kind == ELEMENTWISE}
 
 
 def test_the_derived_sets_are_the_ones_the_transforms_kept_by_hand():
