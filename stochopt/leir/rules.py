@@ -420,8 +420,9 @@ def concat_rule(op, ins, attrs, machine, names) -> TensorType:
                 f"concat(): operand {i} ({name}) is replicated over "
                 f"{_replication(t.layout)}, the first ({first_name}) over "
                 f"{_replication(first.layout)}",
-                hint=f"relayout {name} so it is replicated over {_replication(first.layout)} "
-                     "too")
+                hint=f"relayout {name} without B@" if not first.layout.replicated
+                else f'relayout {name} so it is replicated there too: "...; B@'
+                     f'{_replication(first.layout)}"')
     for i, t in enumerate(ts):
         if t.layout.axis_levels(axis):
             raise ConstraintError(f"concat() along axis {axis}, which operand {i} spreads "
