@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from stochopt.backend.cost import cost
-from stochopt.leir import check, parse
+from stochopt.leir import parse, typecheck
 from stochopt.machine import load_machine
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
@@ -49,9 +49,9 @@ def steps(text: str, machine) -> dict:
     kernel = parse(text, machine)
     return {
         "parse": lambda: parse(text, machine),
-        "check": lambda: check(kernel, machine),
+        "typecheck": lambda: typecheck(kernel, machine),
         "cost": lambda: cost(kernel, machine),
-        "parse+check+cost": lambda: cost(check(parse(text, machine), machine), machine),
+        "parse+typecheck+cost": lambda: cost(typecheck(parse(text, machine), machine), machine),
     }
 
 
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         for step, fn in steps(text, machine).items():
             print(f"  {step:17} {summary(timings(fn, args.repeat))}")
         if args.profile:
-            loop = steps(text, machine)["parse+check+cost"]
+            loop = steps(text, machine)["parse+typecheck+cost"]
             profiler = cProfile.Profile()
             profiler.enable()
             for _ in range(args.repeat):

@@ -229,7 +229,7 @@ def run(kernel: KernelLike, inputs: Mapping[str, Any] | None = None, *, seed: in
                                  f"kernel {k.name}")
         seed = None
     profile = cost(k, m)
-    output = emulate(k, values, m)
+    output = emulate(k, values)
     return Execution(k, m.name, m.clock_mhz, seed, values, {"out": output}, profile,
                      roofline_of_kernel(k, m), bound_of_kernel(k, m))
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stochopt.errors import StochoptError
-from stochopt.leir.parser import RESERVED
+from stochopt.leir.parser import is_reserved
 from stochopt.leir.types import DTYPES, is_float
 
 DEFAULT_RANGE = (-10.0, 10.0)
@@ -93,7 +93,7 @@ def spec(inputs: Mapping[str, TensorSpec], output: TensorSpec | None = None,
     for k, v in inputs.items():
         if not isinstance(k, str) or not k.isidentifier() or keyword.iskeyword(k):
             raise StochoptError(f"@spec: input name {k!r} is not a Python identifier")
-        if k in RESERVED:  # the kernel's parameters carry the inputs' names
+        if is_reserved(k):  # the kernel's parameters carry the inputs' names
             raise StochoptError(f"@spec: input name {k!r} is a LEIR op or constant name, "
                                 "so a kernel cannot take it as a parameter",
                                 hint=f"rename the input, e.g. {k}_in")

@@ -348,13 +348,13 @@ def assert_same_exact_values(kernel, out, machine, tolerance: float) -> None:
     import numpy as np
 
     from stochopt.backend.emulate import emulate, random_inputs
-    from stochopt.leir import check, parse, render
+    from stochopt.leir import parse, render, typecheck
 
-    assert check(out, machine) == out and parse(render(out), machine.name) == out
+    assert typecheck(out, machine) == out and parse(render(out), machine.name) == out
     inputs = random_inputs(kernel, seed=2, low=-2.0, high=2.0)
     with np.errstate(all="ignore"):
-        want = emulate(kernel, inputs, machine, exact=True)
-        got = emulate(out, inputs, machine, exact=True)
+        want = emulate(kernel, inputs, exact=True)
+        got = emulate(out, inputs, exact=True)
     np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance, equal_nan=True)
 
 

@@ -25,7 +25,7 @@ def least_op_cycles(op: str, machine: Machine) -> int:
     only move data or relabel it could be written away, so they count 0."""
     kind = OPS[op].kind if op in OPS else None
     if kind == ELEMENTWISE:
-        return OPS[op].cycles_per_elem + machine.latency["vector"]
+        return OPS[op].cost.cycles_per_elem + machine.latency["vector"]
     if kind == REDUCTION:
         return 1 + machine.latency["vector"]
     if kind == CONTRACTION:

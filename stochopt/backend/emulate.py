@@ -1,28 +1,26 @@
 """Values: run a kernel op by op on numpy arrays, rounding as the machine would.
 
 Native mode keeps every value in its dtype: bf16 through ml_dtypes, f32 math in
-float32, matmul accumulating in f32, bf16 sums rounded at every level of a pairwise
-tree. Exact mode runs everything in float64 with no rounding, so the verifier can tell
-wrong math from rounding. Nothing is kept between calls.
+float32, matmul accumulating in f32; an op whose machine numerics differ from that (the
+bf16 sum's pairwise tree) says so in its op table entry (``Op.native``). Exact mode runs
+everything in float64 with no rounding, so the verifier can tell wrong math from
+rounding. Nothing is kept between calls.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-import ml_dtypes
 import numpy as np
 
 from stochopt.errors import StochoptError
 from stochopt.leir.ir import Kernel
-from stochopt.leir.ops import OPS
+from stochopt.leir.ops import BF16, OPS
 from stochopt.leir.rules import Const
 from stochopt.leir.types import TensorType, native_dtype
 
-BF16 = np.dtype(ml_dtypes.bfloat16)
 
-
-def emulate(kernel: Kernel, inputs: Mapping[str, np.ndarray], machine=None,
+def emulate(kernel: Kernel, inputs: Mapping[str, np.ndarray],
             exact: bool = False) -> np.ndarray:
     """The kernel's output for these inputs (native dtype, or float64 when exact)."""
     check_emulation_memory(kernel)
@@ -112,17 +110,8 @@ def convert_input(name: str, t: TensorType, inputs: Mapping[str, np.ndarray],
     return x.astype(native_dtype(t.dtype))
 
 
-def _saturate_i32(x: np.ndarray) -> np.ndarray:
-    """What cast(x, "i32") converts: saturated to the i32 range, nan as 0. Clipped in
-    float64 because float32 rounds 2**31 - 1 up to 2**31, which wraps to -2**31."""
-    x = np.asarray(x, dtype=np.float64)
-    return np.nan_to_num(np.clip(x, -(2**31), 2**31 - 1), nan=0.0)
-
-
 def _exact(op: str, args, attrs, dtype: str) -> np.ndarray:
-    if op == "cast" and dtype == "i32":  # saturate as native mode does, so the modes agree
-        args = [_saturate_i32(args[0])]
-    out = np.asarray(OPS[op].evaluate(args, attrs, True))
+    out = np.asarray(OPS[op].evaluate(args, attrs))
     if dtype == "bool":
         return out.astype(np.bool_, copy=False)
     if dtype == "i32":
@@ -131,27 +120,14 @@ def _exact(op: str, args, attrs, dtype: str) -> np.ndarray:
 
 
 def _native(op: str, args, attrs, dtype: str) -> np.ndarray:
-    target = native_dtype(dtype)
-    if op == "reduce_sum" and target == BF16:
-        return _bf16_tree_sum(args[0], attrs["axis"], attrs["keepdims"])
-    # bf16 values are computed in float32 and rounded once per op, as the ALU does
+    # bf16 values are computed in float32 and rounded once per op, as the ALU does,
+    # unless the op's entry says how the machine computes it (its native numerics)
     widened = [a.astype(np.float32) if isinstance(a, np.ndarray) and a.dtype == BF16 else a
                for a in args]
-    if op == "cast" and dtype == "i32":
-        widened[0] = _saturate_i32(widened[0])
-    out = np.asarray(OPS[op].evaluate(widened, attrs, False))
-    return out.astype(target, copy=False)
-
-
-def _bf16_tree_sum(x: np.ndarray, axis: int, keepdims: bool) -> np.ndarray:
-    """Sum in bf16: a pairwise tree, rounded to bf16 after every level."""
-    x = np.moveaxis(x.astype(np.float32), axis, -1)
-    while x.shape[-1] > 1:
-        if x.shape[-1] % 2:
-            x = np.concatenate([x, np.zeros(x.shape[:-1] + (1,), np.float32)], axis=-1)
-        x = (x[..., 0::2] + x[..., 1::2]).astype(BF16).astype(np.float32)
-    out = np.moveaxis(x, -1, axis).astype(BF16)
-    return out if keepdims else np.squeeze(out, axis=axis)
+    entry = OPS[op]
+    out = entry.native(widened, attrs, dtype) if entry.native else entry.evaluate(widened,
+                                                                                  attrs)
+    return np.asarray(out).astype(native_dtype(dtype), copy=False)
 
 
 def random_inputs(kernel: Kernel, seed: int = 0, low: float = -10.0,

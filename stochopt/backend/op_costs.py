@@ -79,15 +79,19 @@ def _local_pass(machine, local: int, lane_count: int, cycles_per_elem: int) -> i
     return ceil(local / lane_count) * cycles_per_elem + machine.latency["vector"]
 
 
-def vector_cost(cycles_per_elem: int):
-    """Elementwise: each PE works through its local elements, lanes per word per cycle."""
-    def rule(machine, ins, out: TensorType, attrs) -> Work:
+@dataclass(frozen=True, slots=True)
+class VectorCost:
+    """Elementwise: each PE works through its local elements, lanes per word per cycle,
+    ``cycles_per_elem`` cycles each (the one place an op's per-element price is held;
+    the reachable bound reads it here too)."""
+    cycles_per_elem: int
+
+    def __call__(self, machine, ins, out: TensorType, attrs) -> Work:
         local = out.layout.local_elements()
         cycles = _local_pass(machine, local, lanes(machine, out, *_tensors(ins)),
-                             cycles_per_elem)
+                             self.cycles_per_elem)
         return _work("vector", cycles, bytes=local * itemsize(out.dtype), flops=out.numel,
                      units=out.layout.spread_units())
-    return rule
 
 
 def copy_cost(machine, ins, out: TensorType, attrs) -> Work:

@@ -224,12 +224,15 @@ def build(name: str, nodes: Iterable[Node], output: int, machine,
             b.input(n.attr("name"), n.type)
             continue
         if n.op not in OPS:
-            raise ConstraintError(f"unknown op {n.op!r}")
+            raise ConstraintError(
+                f"node {i} ({n.name or 'unnamed'}) has the unknown op {n.op!r}",
+                line=n.line, hint="use an op of the table: " + ", ".join(sorted(OPS)))
         if any(isinstance(a, int) and not 0 <= a < i for a in n.args):
             raise ConstraintError(f"{n.op} uses a value before it is defined", line=n.line)
         b._add(n.op, n.args, n.attrs, None, n.name, n.line, None, n)
     if not 0 <= output < len(b.nodes):
-        raise ConstraintError("kernel output is out of range")
+        raise ConstraintError(f"kernel output is node {output}, out of range: the kernel "
+                              f"has {len(b.nodes)} nodes (0..{len(b.nodes) - 1})")
     return b.finish(name, output, spec_path)
 
 
@@ -246,6 +249,7 @@ def _unchanged_prefix(nodes: list[Node], edited: Kernel | None, machine) -> int:
     return count
 
 
-def check(kernel: Kernel, machine) -> Kernel:
-    """Re-run every constraint of a kernel on a machine; return it re-typed."""
+def typecheck(kernel: Kernel, machine) -> Kernel:
+    """Re-run every type and constraint rule of a kernel on a machine; return it re-typed
+    (a ConstraintError if it is not legal there)."""
     return build(kernel.name, kernel.nodes, kernel.output, machine, kernel.spec_path)

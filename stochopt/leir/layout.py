@@ -57,9 +57,6 @@ class Layout:
     def local_shape(self) -> tuple[int, ...]:
         return tuple(prod(f.size for f in axis if f.level is None) for axis in self.axes)
 
-    def levels_used(self) -> frozenset[str]:
-        return frozenset(self.spread()) | self.replicated
-
     def __str__(self) -> str:
         shape = "(" + ",".join(str(s) for s in self.shape) + ")"
         axes = "(" + ",".join("(" + ",".join(str(f) for f in a) + ")" for a in self.axes) + ")"

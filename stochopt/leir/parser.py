@@ -26,9 +26,11 @@ from stochopt.leir.ops import (
     PERM,
     REQUIRED,
     SHAPE,
+    SUBSCRIPT,
     TENSOR,
     TENSORS,
     Op,
+    operator_op,
 )
 from stochopt.leir.rules import Const
 from stochopt.leir.types import parse_signature
@@ -43,11 +45,25 @@ MAX_DEPTH = 64
 MAX_STEPS = 100_000
 MAX_INT = 1 << 40
 NAMED_CONSTANTS = {"inf": math.inf, "nan": math.nan}
-RESERVED = set(OPS) | {"range", "True", "False", "None"} | set(NAMED_CONSTANTS)
-_BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div",
-           ast.MatMult: "matmul"}
-_CMPOPS = {ast.Gt: "gt", ast.GtE: "ge", ast.Lt: "lt", ast.LtE: "le", ast.Eq: "eq"}
+RESERVED_WORDS = frozenset({"range", "True", "False", "None"} | set(NAMED_CONSTANTS))
+# Python's operators as the op table spells them (Op.operator); which op each one reads
+# as is the table's to say (ops.operator_op)
+_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.MatMult: "@",
+            ast.USub: "-", ast.Gt: ">", ast.GtE: ">=", ast.Lt: "<", ast.LtE: "<=",
+            ast.Eq: "=="}
 _HEADER_LINE = re.compile(r"^#\s*(spec|machine):\s*(.+?)\s*$")
+
+
+def is_reserved(name: str) -> bool:
+    """Whether a name cannot be a parameter, an assigned name or a loop variable: every
+    op's name and the few words LEIR gives a meaning."""
+    return name in OPS or name in RESERVED_WORDS
+
+
+def _operator_op(op: ast.AST, operands: int) -> str | None:
+    """The op a Python operator node reads as, or None when no op is spelled so."""
+    symbol = _SYMBOLS.get(type(op))
+    return None if symbol is None else operator_op(symbol, operands)
 
 
 def header_of(text: str, key: str) -> str | None:
@@ -123,7 +139,7 @@ class _Reader:
         if a.posonlyargs or a.vararg or a.kwonlyargs or a.kwarg or a.defaults or a.kw_defaults:
             raise _err(fn, "kernel parameters are plain names with type annotations")
         for arg in a.args:
-            if arg.arg in RESERVED or arg.arg in self.env:
+            if is_reserved(arg.arg) or arg.arg in self.env:
                 raise _err(arg, f"parameter name {arg.arg!r} is reserved or repeated")
             type_ = parse_signature(self._annotation(arg.annotation, arg), arg.lineno,
                                     _col(arg))
@@ -180,7 +196,7 @@ class _Reader:
         if len(s.targets) != 1 or not isinstance(s.targets[0], ast.Name):
             raise _err(s, "assign to one plain name: y = exp(x)")
         name = s.targets[0].id
-        if name in RESERVED or name in self.loop_vars:
+        if is_reserved(name) or name in self.loop_vars:
             raise _err(s.targets[0], f"cannot assign to {name!r}: it is reserved or a loop "
                        "variable")
         value = self.expr(s.value, name)
@@ -202,7 +218,7 @@ class _Reader:
         if len(trips) > MAX_TRIP:
             raise _err(it, f"loop of {len(trips)} iterations; at most {MAX_TRIP}")
         var = s.target.id
-        if var in RESERVED or var in self.env or var in self.loop_vars:
+        if is_reserved(var) or var in self.env or var in self.loop_vars:
             raise _err(s.target, f"loop variable {var!r} shadows another name")
         self.loop_vars.add(var)
         for i in trips:
@@ -249,14 +265,17 @@ class _Reader:
             if isinstance(v, Const):
                 value = -v.value if isinstance(e.op, ast.USub) else v.value
                 return Const(self._check_number(value, e))  # -nan becomes the one nan
-            return v if isinstance(e.op, ast.UAdd) else self.apply("neg", e, [v], {}, name)
+            if isinstance(e.op, ast.UAdd):
+                return v
+            return self.apply(_operator_op(e.op, 1), e, [v], {}, name)
         if isinstance(e, ast.BinOp):
             return self.binop(e, name)
         if isinstance(e, ast.Compare):
-            if len(e.ops) != 1 or type(e.ops[0]) not in _CMPOPS:
+            compare = _operator_op(e.ops[0], 2) if len(e.ops) == 1 else None
+            if compare is None:
                 raise _err(e, "compare two values with one of > >= < <= ==")
             args = [self.expr(e.left), self.expr(e.comparators[0])]
-            return self.apply(_CMPOPS[type(e.ops[0])], e, args, {}, name)
+            return self.apply(compare, e, args, {}, name)
         if isinstance(e, ast.Call):
             return self.call(e, name)
         if isinstance(e, ast.Subscript):
@@ -268,10 +287,11 @@ class _Reader:
         left, right = self.expr(e.left), self.expr(e.right)
         if isinstance(left, Const) and isinstance(right, Const):
             return Const(self._fold(e, left.value, right.value))
-        if type(e.op) not in _BINOPS:
+        op = _operator_op(e.op, 2)
+        if op is None:
             raise _err(e, f"operator {type(e.op).__name__} is not defined on tensors",
                        hint="use + - * / @")
-        return self.apply(_BINOPS[type(e.op)], e, [left, right], {}, name)
+        return self.apply(op, e, [left, right], {}, name)
 
     def _fold(self, e: ast.BinOp, a, b):
         """Arithmetic on numbers and loop indices, done here, never by eval."""
@@ -332,7 +352,8 @@ class _Reader:
             hi = self.static_int(it.upper) if it.upper is not None else size
             lo, hi = (lo + size if lo < 0 else lo), (hi + size if hi < 0 else hi)
             bounds.append((lo, hi))
-        return self.apply("slice", e, [base], {"bounds": tuple(bounds)}, name)
+        return self.apply(operator_op(SUBSCRIPT, 1), e, [base], {"bounds": tuple(bounds)},
+                          name)
 
     def call(self, e: ast.Call, name: str) -> int:
         if not isinstance(e.func, ast.Name):

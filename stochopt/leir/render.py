@@ -9,8 +9,8 @@ from __future__ import annotations
 import keyword
 
 from stochopt.leir.ir import Kernel, Node
-from stochopt.leir.ops import AXIS, DTYPE, LAYOUT, OPS, REQUIRED, TENSOR, TENSORS
-from stochopt.leir.parser import RESERVED
+from stochopt.leir.ops import AXIS, DTYPE, LAYOUT, OPS, REQUIRED, SUBSCRIPT, TENSOR, TENSORS
+from stochopt.leir.parser import is_reserved
 from stochopt.leir.rules import Const
 
 
@@ -49,12 +49,12 @@ def expression(n: Node, names: list[str]) -> str:
             return f"({text})" if text.startswith("-") else text
         return names[a]
 
-    if n.op == "slice":
+    if op.written_as_operator and op.operator == SUBSCRIPT:
         bounds = ", ".join(f"{lo}:{hi}" for lo, hi in n.attr("bounds"))
         return f"{arg(n.args[0])}[{bounds}]"
-    if op.operator and n.op == "neg":
-        return f"-{arg(n.args[0])}"
-    if op.operator and op.operator != "@":
+    if op.written_as_operator and len(n.args) == 1:
+        return f"{op.operator}{arg(n.args[0])}"
+    if op.written_as_operator:
         return f"{arg(n.args[0])} {op.operator} {arg(n.args[1])}"
     parts: list[str] = []
     attrs = dict(n.attrs)
@@ -88,7 +88,7 @@ def _unique_names(kernel: Kernel) -> list[str]:
     out = []
     for i, n in enumerate(kernel.nodes):
         base = n.attr("name") if n.op == "input" else (n.name or f"v{i}")
-        if not base.isidentifier() or keyword.iskeyword(base) or base in RESERVED:
+        if not base.isidentifier() or keyword.iskeyword(base) or is_reserved(base):
             base = f"v{i}"
         name, k = base, 1
         while name in taken:

@@ -219,7 +219,7 @@ def _axis(axis: Any, rank: int, op: str) -> int:
 
 def reduce_rule(op, ins, attrs, machine, names) -> TensorType:
     t = _need_pe(ins[0], op, _name(ins[0], names))
-    if t.dtype == "bool" or (op == "reduce_sum" and t.dtype == "bool"):
+    if t.dtype == "bool":
         raise ConstraintError(f"{op}() does not take bool tensors", hint='cast(x, "f32") first')
     axis = _axis(attrs["axis"], len(t.shape), op)
     lay = t.layout
@@ -397,17 +397,32 @@ def concat_rule(op, ins, attrs, machine, names) -> TensorType:
     ts = [_need_pe(t, op, _name(t, names, i)) for i, t in enumerate(ins)]
     rank = len(ts[0].shape)
     axis = _axis(attrs["axis"], rank, op)
-    first = ts[0]
+    first, first_name = ts[0], _name(ts[0], names)
     for i, t in enumerate(ts[1:], 1):
-        if t.dtype != first.dtype or len(t.shape) != rank:
-            raise ConstraintError("concat() operands must share dtype and rank")
+        name = _name(t, names, i)
+        if t.dtype != first.dtype:
+            raise ConstraintError(
+                f"concat() operands must share dtype and rank: operand {i} ({name}) is "
+                f"{t.dtype}, the first ({first_name}) {first.dtype}",
+                hint=f'cast it: cast({name}, "{first.dtype}")')
+        if len(t.shape) != rank:
+            raise ConstraintError(
+                f"concat() operands must share dtype and rank: operand {i} ({name}) has "
+                f"shape {t.shape}, the first ({first_name}) {first.shape}",
+                hint=f"reshape it to rank {rank}")
         for a in range(rank):
             if a != axis and (t.shape[a] != first.shape[a]
                               or t.layout.axes[a] != first.layout.axes[a]):
                 raise ConstraintError(f"concat(): operand {i} differs from the first on axis {a}",
                                       hint="relayout it to match")
         if t.layout.replicated != first.layout.replicated:
-            raise ConstraintError("concat(): operands are replicated differently")
+            raise ConstraintError(
+                f"concat(): operand {i} ({name}) is replicated over "
+                f"{_replication(t.layout)}, the first ({first_name}) over "
+                f"{_replication(first.layout)}",
+                hint=f"relayout {name} without B@" if not first.layout.replicated
+                else f'relayout {name} so it is replicated there too: "...; B@'
+                     f'{_replication(first.layout)}"')
     for i, t in enumerate(ts):
         if t.layout.axis_levels(axis):
             raise ConstraintError(f"concat() along axis {axis}, which operand {i} spreads "
@@ -418,6 +433,12 @@ def concat_rule(op, ins, attrs, machine, names) -> TensorType:
     axes[axis] = (Factor(shape[axis]),)
     return TensorType(first.dtype, tuple(shape), "pe",
                       make_layout(shape, axes, first.layout.replicated))
+
+
+def _replication(layout: Layout) -> str:
+    """The levels a layout replicates over, as B@ writes them, or "no level"."""
+    levels = [lv for lv in LEVELS if lv in layout.replicated]
+    return f"[{','.join(levels)}]" if levels else "no level"
 
 
 def _dram_concat(ins: list[TensorType], attrs, op: str) -> TensorType:

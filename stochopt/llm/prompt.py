@@ -75,7 +75,8 @@ MAX_PROFILE_ROWS = 40         # the costliest ops when there are more
 MAX_ERROR_CHARS = 800
 MAX_CODE_CHARS = 2500
 REFERENCE_LIMIT = 20_000      # characters per compacted document
-DROP_SECTIONS = {"machine.md": ("The profile",)}  # for scripts, not for writing kernels
+# for scripts and for developers, not for writing kernels
+DROP_SECTIONS = {"machine.md": ("The profile",), "leir.md": ("Adding an op",)}
 
 
 def load_templates(directory: str | Path | None = None) -> dict[str, str]:

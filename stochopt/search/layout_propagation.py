@@ -25,11 +25,9 @@ from dataclasses import replace
 from stochopt.errors import ConstraintError
 from stochopt.leir.ir import Kernel
 from stochopt.leir.layout import Factor, Layout
-from stochopt.leir.ops import ELEMENTWISE, OPS
+from stochopt.leir.ops import ELEMENTWISE, OPS, layout_ops
 from stochopt.leir.rules import make_layout
 from stochopt.search.edit import rebuild, replace_uses
-
-LAYOUT_OPS = ("load", "relayout", "full")
 
 
 def layout_groups(k: Kernel) -> list[int]:
@@ -77,7 +75,7 @@ def propagate_layout(k: Kernel, site: tuple[str, int], machine) -> Kernel:
         operands = k.nodes[j].inputs if OPS[k.nodes[j].op].kind == ELEMENTWISE else ()
         for producer in (j, *operands):
             n = nodes[producer]
-            if n.op not in LAYOUT_OPS:
+            if n.op not in layout_ops():
                 continue
             new = derived(target, n.type.shape)
             if new is not None and new != n.attr("layout"):
@@ -122,7 +120,7 @@ def derived(target: Layout, shape: tuple[int, ...]) -> Layout | None:
 def _layout_of(nodes, k: Kernel, j: int) -> Layout | None:
     """A node's layout after the edit: its new attribute if it is a layout op."""
     n = nodes[j]
-    return n.attr("layout") if n.op in LAYOUT_OPS else k.nodes[j].type.layout
+    return n.attr("layout") if n.op in layout_ops() else k.nodes[j].type.layout
 
 
 # -- gathering a spread factor back into local memory ---------------------------------
@@ -130,7 +128,7 @@ def _layout_of(nodes, k: Kernel, j: int) -> Layout | None:
 def where_gather_spread_factor(k: Kernel) -> list[tuple[int, int, int]]:
     """(layout op, axis, factor index) of every spread factor a load, relayout or full
     lays out."""
-    return [(i, axis, j) for i, n in enumerate(k.nodes) if n.op in LAYOUT_OPS
+    return [(i, axis, j) for i, n in enumerate(k.nodes) if n.op in layout_ops()
             for axis, factors in enumerate(n.attr("layout").axes)
             for j, f in enumerate(factors) if f.level is not None]
 
@@ -152,7 +150,7 @@ def gather_spread_factor(k: Kernel, site: tuple[int, int, int], machine,
     new_axis = ref[:j] + (Factor(d // g, ref[j].level), Factor(g)) + ref[j + 1:]
     nodes = list(k.nodes)
     for t, n in enumerate(nodes):
-        if n.op not in LAYOUT_OPS:
+        if n.op not in layout_ops():
             continue
         old: Layout = n.attr("layout")
         axes = [new_axis if s == size and a == ref else a

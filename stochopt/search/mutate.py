@@ -14,7 +14,7 @@ from dataclasses import replace
 from stochopt.errors import StochoptError
 from stochopt.leir.ir import Kernel, Node
 from stochopt.leir.layout import LEVELS, Factor, Layout
-from stochopt.leir.ops import OPS, siblings
+from stochopt.leir.ops import OPS, layout_ops, siblings
 from stochopt.leir.rules import make_layout
 from stochopt.search.edit import insert, rebuild, remap, replace_uses, shifted
 from stochopt.search.weights import weighted_choice
@@ -63,8 +63,8 @@ def mutate_layout(layout: Layout, rng: random.Random, fanout: dict[str, int]) ->
 
 
 def change_layout(kernel: Kernel, rng: random.Random, machine) -> Kernel | None:
-    """A load, relayout or full gets a randomly changed layout."""
-    i = _pick(rng, kernel, ("load", "relayout", "full"))
+    """An op that takes a layout (load, relayout, full) gets a randomly changed one."""
+    i = _pick(rng, kernel, layout_ops())
     if i is None:
         return None
     nodes = list(kernel.nodes)

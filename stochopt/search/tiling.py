@@ -18,14 +18,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from stochopt.errors import ConstraintError
-from stochopt.leir.ir import Kernel, Node
+from stochopt.leir.ir import Kernel, Node, op_of
 from stochopt.leir.layout import Factor, Layout
-from stochopt.leir.ops import ELEMENTWISE, OPS
 from stochopt.leir.rules import Const, make_layout
+from stochopt.leir.tiling_rules import WHOLE, NotTiled
 from stochopt.search.edit import rebuild
 
 TILE_COUNTS = (2, 4, 8)
-WHOLE = None  # a value that does not vary along the tiled axis: computed once
 
 
 def where_tile_output(k: Kernel) -> list[tuple[int, int]]:
@@ -96,52 +95,19 @@ def _tiled_axes(k: Kernel, axis: int) -> dict[int, int | None]:
 
 
 def _input_axes(k: Kernel, i: int, ax: int | None) -> list[tuple[int, int | None]]:
+    """(operand, its axis or WHOLE) for each tensor operand of node i, by the op's tiling
+    rule (leir/tiling_rules.py); what does not vary along the axis needs all of its own."""
     n = k.nodes[i]
     ins = [a for a in n.args if not isinstance(a, Const)]
-    if n.op in ("input", "full"):
-        return []
     if ax is WHOLE:
         return [(j, WHOLE) for j in ins]
-    if n.op == "load":
-        return []  # its DRAM source is sliced per tile, not tiled itself
-    rank = len(n.type.shape)
-    kind = OPS[n.op].kind
-    if kind == ELEMENTWISE or n.op == "broadcast_to":
-        return [(j, _broadcast_axis(k.nodes[j].type.shape, rank, ax)) for j in ins]
-    if n.op in ("store", "relayout"):
-        return [(ins[0], ax)]
-    if n.op in ("reduce_sum", "reduce_max", "reduce_min"):
-        r = n.attr("axis") % len(k.nodes[ins[0]].type.shape)
-        src = ax if n.attr("keepdims") or ax < r else ax + 1
-        if src == r:
-            raise refuse(k, i, "it reduces along the tiled axis")
-        return [(ins[0], src)]
-    if n.op == "matmul":
-        a, b = ins
-        if ax == rank - 2:
-            return [(a, len(k.nodes[a].type.shape) - 2), (b, WHOLE)]
-        if ax == rank - 1:
-            return [(a, WHOLE), (b, len(k.nodes[b].type.shape) - 1)]
-        return [(j, _broadcast_axis(k.nodes[j].type.shape, rank, ax)) for j in ins]
-    if n.op == "transpose":
-        perm = n.attr("perm") or tuple(reversed(range(rank)))
-        return [(ins[0], perm[ax])]
-    if n.op == "slice" and n.type.location == "pe":
-        lo, hi = n.attr("bounds")[ax]
-        if (lo, hi) != (0, k.nodes[ins[0]].type.shape[ax]):
-            raise refuse(k, i, "it slices the tiled axis")
-        return [(ins[0], ax)]
-    if n.op == "concat" and n.type.location == "pe":
-        if n.attr("axis") % rank == ax:
-            raise refuse(k, i, "it joins along the tiled axis")
-        return [(j, ax) for j in ins]
-    raise refuse(k, i, f"tiling does not go through {n.op}")
-
-
-def _broadcast_axis(shape: tuple[int, ...], out_rank: int, ax: int) -> int | None:
-    """The operand's axis under the output's axis ``ax``, or WHOLE if broadcast there."""
-    j = ax - (out_rank - len(shape))
-    return WHOLE if j < 0 or shape[j] == 1 else j
+    try:
+        axes = op_of(n.op).tiling([k.nodes[j].type for j in ins], n.type, dict(n.attrs), ax)
+    except NotTiled as e:
+        raise refuse(k, i, str(e)) from None
+    if not axes:  # the op makes each block's value itself (load, full): nothing to follow
+        return []
+    return list(zip(ins, axes, strict=True))
 
 
 # -- one tile's copy of a node -------------------------------------------------------

@@ -154,8 +154,8 @@ def _sig(d) -> str:
 class _Comparison:
     """Runs one input through kernel, baseline and reference; keeps the worst errors."""
 
-    def __init__(self, kernel, spec, baseline, machine, deadline: float | None) -> None:
-        self.kernel, self.spec, self.baseline, self.machine = kernel, spec, baseline, machine
+    def __init__(self, kernel, spec, baseline, deadline: float | None) -> None:
+        self.kernel, self.spec, self.baseline = kernel, spec, baseline
         self.deadline = deadline
         self.semantic = 0.0
         self.precision = 0.0
@@ -175,13 +175,13 @@ class _Comparison:
         if ref.shape != out_shape:
             raise StochoptError(f"the spec returns shape {ref.shape}, the kernel {out_shape}")
         size = None if self.baseline is None else magnitudes(self.baseline, inputs, ref)
-        sem, bad = semantic_error(emulate(self.kernel, inputs, self.machine, exact=True), ref,
+        sem, bad = semantic_error(emulate(self.kernel, inputs, exact=True), ref,
                                   self.typical_scale, size)
         self.semantic = max(self.semantic, sem)
         if bad is not None:
             return bad
-        got = emulate(self.kernel, inputs, self.machine)
-        base = None if self.baseline is None else emulate(self.baseline, inputs, self.machine)
+        got = emulate(self.kernel, inputs)
+        base = None if self.baseline is None else emulate(self.baseline, inputs)
         judge = partial(precision_check, got, ref, self.spec.output_dtype, self.spec.rtol,
                         self.spec.atol, base, magnitude=size)
         prec, bad = judge()
@@ -190,7 +190,7 @@ class _Comparison:
             # one input is one sample of rounding luck, for the baseline too (all of a
             # constant input is one value): before refusing, take the baseline's worst
             # error on a few inputs near this one as well
-            near = baseline_error_nearby(self.spec, self.baseline, inputs, self.machine)
+            near = baseline_error_nearby(self.spec, self.baseline, inputs)
             prec, bad = judge(baseline_error=near)
         self.precision = max(self.precision, prec)
         self.last_score = prec
@@ -213,7 +213,7 @@ NEARBY_INPUTS = 4
 
 
 def baseline_error_nearby(spec: Spec, baseline: Kernel, inputs: dict[str, np.ndarray],
-                          machine, count: int = NEARBY_INPUTS) -> np.ndarray:
+                          count: int = NEARBY_INPUTS) -> np.ndarray:
     """The baseline's worst precision error (a fraction of the tolerance) per row (the
     last axis) on `count` inputs near these (strategies.nearby_inputs): the error level
     of the spec's own formula around this input, which the input alone measures by luck
@@ -224,7 +224,7 @@ def baseline_error_nearby(spec: Spec, baseline: Kernel, inputs: dict[str, np.nda
         ref = reference_output(spec, x)
         tol = tolerance(ref, spec.output_dtype, spec.rtol, spec.atol,
                         magnitudes(baseline, x, ref))
-        worst = np.maximum(worst, row_worst(precision_ratio(emulate(baseline, x, machine),
+        worst = np.maximum(worst, row_worst(precision_ratio(emulate(baseline, x),
                                                            ref, tol)))
     return worst
 
@@ -254,13 +254,13 @@ def check(kernel: Kernel, spec: Spec, *, examples: int = DEFAULT_EXAMPLES, seed:
         baseline = lower(spec, machine)
     start = time.perf_counter()
     hazard = range_refusal(kernel, baseline, spec)
-    cmp = _Comparison(kernel, spec, baseline, machine, deadline)
+    cmp = _Comparison(kernel, spec, baseline, deadline)
     cuts = kernel_boundaries(kernel, spec)
     try:
         if hazard is not None:
             return _refused_by_range(cmp, hazard, spec, seed, extra_inputs, structured,
                                      cuts, start)
-        return _check(cmp, spec, examples, seed, extra_inputs, structured, cuts, start)
+        return _check(cmp, examples, seed, extra_inputs, structured, cuts, start)
     except CheckInterrupted:
         return Verdict(False, cmp.count, seed, cmp.semantic, cmp.precision, None,
                        time.perf_counter() - start, interrupted=True)
@@ -309,7 +309,8 @@ def _refused_by_range(cmp, hazard: Hazard, spec, seed, extra_inputs, structured,
                    time.perf_counter() - start, range_refusal=hazard.describe())
 
 
-def _check(cmp, spec, examples, seed, extra_inputs, structured, cuts, start) -> Verdict:
+def _check(cmp, examples, seed, extra_inputs, structured, cuts, start) -> Verdict:
+    spec = cmp.spec
 
     def verdict(bad: Counterexample | None) -> Verdict:
         return Verdict(bad is None, cmp.count, seed, cmp.semantic, cmp.precision, bad,

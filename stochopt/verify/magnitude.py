@@ -56,7 +56,7 @@ def magnitudes(kernel: Kernel, inputs: Mapping[str, np.ndarray],
             mags = [abs(float(a.value)) if isinstance(a, Const) else sizes[a]
                     for a in node.args]
             attrs = dict(node.attrs)
-            value = np.asarray(OPS[node.op].evaluate(args, attrs, True))
+            value = np.asarray(OPS[node.op].evaluate(args, attrs))
             if node.type.dtype in ("f32", "bf16"):
                 value = value.astype(np.float64, copy=False)
             values[i] = value
@@ -73,7 +73,7 @@ def magnitudes(kernel: Kernel, inputs: Mapping[str, np.ndarray],
 
 def _magnitude(op: str, args: list, mags: list, attrs: dict, value: np.ndarray):
     if op in _SAME_OP:
-        return np.asarray(OPS[op].evaluate(mags, attrs, True), np.float64)
+        return np.asarray(OPS[op].evaluate(mags, attrs), np.float64)
     if op in _ADDITIVE:
         return np.add(mags[0], mags[1])
     if op == "mul":

@@ -56,7 +56,7 @@ class ScreeningSet:
     def add(self, inputs: dict[str, np.ndarray]) -> None:
         self.inputs.append(inputs)
         self.references.append(reference_output(self.spec, inputs))
-        self.baseline_outputs.append(emulate(self.baseline, inputs, self.machine))
+        self.baseline_outputs.append(emulate(self.baseline, inputs))
         self.magnitudes.append(magnitudes(self.baseline, inputs, self.references[-1]))
         self.baseline_nearby.append(None)  # measured the first time a candidate needs it
         self.limits.append(None)           # likewise the per-element limits below
@@ -99,7 +99,7 @@ class ScreeningSet:
 
     def output(self, kernel: Kernel, i: int, exact: bool) -> np.ndarray:
         """The kernel's output on screening input i (search/values.py caches it per node)."""
-        return emulate(kernel, self.inputs[i], self.machine, exact=exact)
+        return emulate(kernel, self.inputs[i], exact=exact)
 
     def _one(self, kernel, i: int) -> float:
         x, ref, base = self.inputs[i], self.references[i], self.baseline_outputs[i]
@@ -121,8 +121,7 @@ class ScreeningSet:
                 and self.spec.atol is None):
             # as check() does: judge again by the baseline's worst error nearby
             if self.baseline_nearby[i] is None:
-                self.baseline_nearby[i] = baseline_error_nearby(self.spec, self.baseline, x,
-                                                                self.machine)
+                self.baseline_nearby[i] = baseline_error_nearby(self.spec, self.baseline, x)
             prec, bad = precision_check(got, ref, self.spec.output_dtype, self.spec.rtol,
                                         self.spec.atol, base, self.baseline_nearby[i], size)
         if bad is None:

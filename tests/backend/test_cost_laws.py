@@ -277,7 +277,7 @@ def test_spreading_elementwise_work_helps_until_overheads_dominate(cols, dtype):
         kernel_cycles.append(p.cycles)
         local = k.nodes[2].type.local_bytes() // (4 if dtype == "f32" else 2)
         if local <= lanes(MNCORE2, k.nodes[2].type):  # one ALU word: only overhead left
-            assert p.ops[2].cycles == OPS["exp"].cycles_per_elem + MNCORE2.latency["vector"]
+            assert p.ops[2].cycles == OPS["exp"].cost.cycles_per_elem + MNCORE2.latency["vector"]
     assert exp_cycles == sorted(exp_cycles, reverse=True)
     assert exp_cycles[0] > 100 * exp_cycles[-1]
     assert kernel_cycles[:3] == sorted(kernel_cycles[:3], reverse=True)

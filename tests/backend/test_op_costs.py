@@ -3,6 +3,7 @@ said otherwise)."""
 
 from stochopt.backend.op_costs import (
     FREE,
+    VectorCost,
     Work,
     lanes,
     load_cost,
@@ -10,7 +11,6 @@ from stochopt.backend.op_costs import (
     relayout_cost,
     store_cost,
     transpose_cost,
-    vector_cost,
 )
 from stochopt.leir.ir import Builder
 from stochopt.leir.layout import parse_layout
@@ -189,7 +189,7 @@ def test_free_ops_are_the_relabellings_only():
     xs = b.add("load", [x], {"layout": parse_layout("(8,16)/((2_L2B,4),(16))")})
     r = b.add("reshape", [xs], {"shape": (8, 4, 4)})
     s = b.add("slice", [x], {"bounds": ((0, 4), (0, 16))})
-    assert vector_cost(1)(SMALL, [b.nodes[xs].type], b.nodes[xs].type, {}).cycles > 0
+    assert VectorCost(1)(SMALL, [b.nodes[xs].type], b.nodes[xs].type, {}).cycles > 0
     for i in (r, s):
         n = b.nodes[i]
         ins = [b.nodes[a].type for a in n.args]

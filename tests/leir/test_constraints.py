@@ -8,11 +8,13 @@ Kernels run on the ``small`` preset: fan-outs L2B 2, L1B 2, MAB 4, PE 4.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 
 from stochopt.errors import ConstraintError, StochoptError
-from stochopt.leir import parse
+from stochopt.leir import build, parse
+from stochopt.machine import SMALL
 
 ROWS = "(8,16)/((2_L2B,4_MAB),(16))"
 COLS = "(8,16)/((2_L2B,4_MAB),(4_PE,4))"
@@ -89,7 +91,13 @@ CASES = [
      "concat([xs, ys], axis=0)"),
     ("concat-dtypes", {"x": "f32[8,16]", "y": "bf16[8,16]"},
      [LOAD_X, LOAD_Y, "z = concat([xs, ys], axis=1)"],
-     "concat\\(\\) operands must share dtype and rank", None, "concat([xs, ys], axis=1)"),
+     "concat\\(\\) operands must share dtype and rank: operand 1 \\(ys\\) is bf16, the "
+     "first \\(xs\\) f32", 'cast(ys, "f32")', "concat([xs, ys], axis=1)"),
+    ("concat-replication", FF,
+     ['xs = load(x, "(8,16)/((8),(16))")', 'ys = load(y, "(8,16)/((8),(16)); B@[L2B]")',
+      "z = concat([xs, ys], axis=1)"],
+     "operand 1 \\(ys\\) is replicated over \\[L2B\\], the first \\(xs\\) over no level",
+     "relayout ys without B@", "concat([xs, ys], axis=1)"),
     ("over-fan-out", F, ['z = load(x, "(8,16)/((8_L2B),(16))")'],
      "uses 8 units of L2B, but the machine has 2 per parent", "use at most 2_L2B",
      'load(x, "(8,16)/((8_L2B),(16))")'),
@@ -162,6 +170,18 @@ def test_each_broken_rule_is_a_constraint_error_that_points_and_teaches(case):
     line = f"    {body[-1]}"
     assert err.col == line.index(where) + 1, str(err)
     assert str(err).startswith(f"line {err.line}, col {err.col}: ")
+
+
+def test_a_node_list_with_an_unknown_op_or_output_says_which():
+    kernel = parse(kernel_text(F, [LOAD_X, "z = exp(xs)", "return store(z)"]), SMALL)
+    nodes = list(kernel.nodes)
+    nodes[2] = replace(nodes[2], op="cube")
+    with pytest.raises(ConstraintError, match=r"node 2 \(z\) has the unknown op 'cube'") as info:
+        build(kernel.name, nodes, kernel.output, SMALL)
+    assert "exp" in info.value.hint
+    with pytest.raises(ConstraintError, match=r"kernel output is node 9, out of range: the "
+                                              r"kernel has 4 nodes \(0\.\.3\)"):
+        build(kernel.name, kernel.nodes, 9, SMALL)
 
 
 def test_the_hinted_fixes_make_the_kernels_legal():

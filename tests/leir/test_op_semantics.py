@@ -281,7 +281,7 @@ def test_the_cases_cover_every_op_of_the_table():
 def test_exact_mode_is_numpy_in_float64(case: Case):
     kernel = parse(case.text(), "small")
     inputs = case.inputs()
-    got = emulate(kernel, inputs, "small", exact=True)
+    got = emulate(kernel, inputs, exact=True)
     expected = np.asarray(case.ref(**_f64(inputs)))
     out_dtype = kernel.output_type.dtype
     assert got.dtype == EXACT[out_dtype]
@@ -296,7 +296,7 @@ def test_exact_mode_is_numpy_in_float64(case: Case):
 def test_native_mode_holds_each_value_in_its_dtype(case: Case):
     kernel = parse(case.text(), "small")
     inputs = case.inputs()
-    got = emulate(kernel, inputs, "small")
+    got = emulate(kernel, inputs)
     out_dtype = kernel.output_type.dtype
     assert got.dtype == NATIVE[out_dtype]
     if case.native is not None:  # the rounding is pinned bit for bit
@@ -321,7 +321,7 @@ def test_native_mode_holds_each_value_in_its_dtype(case: Case):
 
 def _one(text: str, **inputs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     kernel = parse(text, "small")
-    return emulate(kernel, inputs, "small"), emulate(kernel, inputs, "small", exact=True)
+    return emulate(kernel, inputs), emulate(kernel, inputs, exact=True)
 
 
 def test_cast_to_i32_truncates_toward_zero_and_saturates_alike_in_both_modes():

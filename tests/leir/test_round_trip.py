@@ -44,8 +44,8 @@ def test_the_re_parsed_kernel_computes_the_same_values(kernel):
     again = parse(render(kernel), SMALL)
     inputs = random_inputs(kernel, seed=5)
     for exact in (False, True):
-        a = emulate(kernel, inputs, SMALL, exact=exact)
-        assert _same_values(a, emulate(again, inputs, SMALL, exact=exact))
+        a = emulate(kernel, inputs, exact=exact)
+        assert _same_values(a, emulate(again, inputs, exact=exact))
 
 
 HEAD = 'def kernel(x: "f32[8,16] @ dram") -> "f32[8,16] @ dram":\n'
@@ -73,8 +73,7 @@ def test_corner_cases_round_trip(body):
     text = render(kernel)
     assert parse(text, SMALL) == kernel, text
     inputs = random_inputs(kernel, seed=1)
-    assert _same_values(emulate(kernel, inputs, SMALL), emulate(parse(text, SMALL), inputs,
-                                                                 SMALL))
+    assert _same_values(emulate(kernel, inputs), emulate(parse(text, SMALL), inputs))
 
 
 def test_literal_types_survive_the_round_trip():

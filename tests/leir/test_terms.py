@@ -83,8 +83,8 @@ def test_value_keys_change_with_values():
     assert bf16.exact_key is a.exact_key
     from stochopt.backend.emulate import emulate, random_inputs
     inputs = random_inputs(a)
-    assert (emulate(bf16, inputs, MNCORE2, exact=True)
-            == emulate(a, inputs, MNCORE2, exact=True)).all()
+    assert (emulate(bf16, inputs, exact=True)
+            == emulate(a, inputs, exact=True)).all()
 
 
 def test_only_the_native_key_sees_the_layout_of_a_summed_axis():

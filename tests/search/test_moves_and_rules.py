@@ -9,13 +9,13 @@ from stochopt import load_spec
 from stochopt.backend.cost import cost
 from stochopt.backend.emulate import emulate
 from stochopt.errors import ConstraintError, StochoptError
-from stochopt.leir import check, parse, render
+from stochopt.leir import parse, render, typecheck
 from stochopt.leir.types import native_dtype
 from stochopt.lower import lower
 from stochopt.machine import MNCORE2
 from stochopt.search.mutate import MOVES
 from stochopt.search.rewrite import RULES, apply_rule
-from stochopt.verify import check as verify
+from stochopt.verify import check
 from tests.tiers import QUICK_AND_FULL
 
 LOSSY = ("round_matmul_operands_to_bf16", "split_matmul_operand_hi_lo")
@@ -68,7 +68,7 @@ def test_every_move_yields_a_well_formed_kernel_or_a_constraint_error(move, lowe
             if out is None:
                 continue
             made += 1
-            assert check(out, MNCORE2) == out
+            assert typecheck(out, MNCORE2) == out
             assert parse(render(out)) == out
             try:
                 cost(out, MNCORE2)
@@ -139,7 +139,7 @@ EXACT_RULES = [r for r in RULES if r.name not in LOSSY and r.name != "list_sched
 def test_rule_keeps_meaning(rule, full, lowered):
     applied = 0
     for spec, baseline, out in _applications(lowered, rule, full=full):
-        verdict = verify(out, spec, baseline=baseline, seed=3, **_strength(full))
+        verdict = check(out, spec, baseline=baseline, seed=3, **_strength(full))
         if not verdict.equivalent and verdict.counterexample.mismatch.check == "range":
             # the static range analysis is conservative: a rewritten form it cannot
             # prove safe is refused (docs/verification.md, known limits); its values
@@ -163,8 +163,8 @@ def assert_same_exact_values(kernel, baseline, spec, seeds=(0, 1, 2)) -> None:
             else:
                 inputs[name] = rng.uniform(*t.bounds, node.type.shape).astype(
                     native_dtype(node.type.dtype))
-        want = emulate(baseline, inputs, MNCORE2, exact=True)
-        np.testing.assert_allclose(emulate(kernel, inputs, MNCORE2, exact=True), want,
+        want = emulate(baseline, inputs, exact=True)
+        np.testing.assert_allclose(emulate(kernel, inputs, exact=True), want,
                                    rtol=1e-9, atol=1e-9 * float(np.abs(want).max() or 1.0))
 
 
@@ -174,7 +174,7 @@ def test_lossy_bf16_rounding_rule_is_left_to_the_precision_check(name, full, low
     rule = next(r for r in RULES if r.name == name)
     outcomes = set()
     for spec, baseline, out in _applications(lowered, rule, full=full):
-        verdict = verify(out, spec, baseline=baseline, seed=3, **_strength(full))
+        verdict = check(out, spec, baseline=baseline, seed=3, **_strength(full))
         # exact math stays exact: only the precision check may refuse it
         if not verdict.equivalent:
             assert verdict.counterexample.mismatch.check in ("precision", "non-finite")

@@ -9,12 +9,12 @@ from stochopt import load_spec
 from stochopt.backend.cost import cost
 from stochopt.backend.emulate import emulate, random_inputs
 from stochopt.errors import ConstraintError
-from stochopt.leir import check, parse, render
+from stochopt.leir import parse, render, typecheck
 from stochopt.lower import lower
 from stochopt.machine import MNCORE2, SMALL
 from stochopt.search.reduce_tiling import tile_reduction, where_tile_reduction
 from stochopt.search.schedule import schedule
-from stochopt.verify import check as verify
+from stochopt.verify import check
 from tests.strategies import (
     assert_transform_keeps_values_or_refuses,
     kernels,
@@ -33,7 +33,7 @@ def _seed(kernel, op: str) -> int:
 def test_softmax_attention_tiles_over_positions_and_keeps_meaning():
     spec, kernel = lowered("attention_decode")
     tiled = tile_reduction(kernel, (_seed(kernel, "reduce_max"), 2), MNCORE2)
-    assert check(tiled, MNCORE2) == tiled and parse(render(tiled)) == tiled
+    assert typecheck(tiled, MNCORE2) == tiled and parse(render(tiled)) == tiled
     ops = [n.op for n in tiled.nodes]
     # k and v each loaded in two position tiles; the max, the sum and the output
     # matmul each combined once from their two partials
@@ -42,13 +42,13 @@ def test_softmax_attention_tiles_over_positions_and_keeps_meaning():
     slices = [n.attr("bounds") for n in tiled.nodes if n.op == "slice"]
     assert ((0, 1024), (0, 128)) in slices and ((1024, 2048), (0, 128)) in slices
     inputs = random_inputs(kernel, seed=0, low=-1.0, high=1.0)
-    want = emulate(kernel, inputs, MNCORE2, exact=True)
-    np.testing.assert_allclose(emulate(tiled, inputs, MNCORE2, exact=True), want, rtol=1e-9)
+    want = emulate(kernel, inputs, exact=True)
+    np.testing.assert_allclose(emulate(tiled, inputs, exact=True), want, rtol=1e-9)
     # the tiles' scores are shifted by the max of the tiles' maxima, which is right, but
     # the range analysis relates a shift to its scores only through slices of one value,
     # so it cannot see that here and refuses (docs/verification.md, known limits): the
     # verifier errs toward refusing, never toward accepting an unproved exp
-    verdict = verify(tiled, spec, examples=8, baseline=kernel, seed=1)
+    verdict = check(tiled, spec, examples=8, baseline=kernel, seed=1)
     assert verdict.equivalent or (verdict.counterexample.mismatch.check == "range"
                                   and "exp(" in verdict.range_refusal)
     # the schedule overlaps one tile's loads with the other's work; since the lowering
@@ -65,8 +65,8 @@ def test_a_tensor_read_by_two_matmuls_is_loaded_once_per_tile():
             and tiled.nodes[tiled.nodes[n.args[0]].args[0]].attr("name") == "c_kv"]
     assert len(c_kv) == 4
     inputs = random_inputs(kernel, seed=0, low=-1.0, high=1.0)
-    want = emulate(kernel, inputs, MNCORE2, exact=True)
-    np.testing.assert_allclose(emulate(tiled, inputs, MNCORE2, exact=True), want, rtol=1e-12)
+    want = emulate(kernel, inputs, exact=True)
+    np.testing.assert_allclose(emulate(tiled, inputs, exact=True), want, rtol=1e-12)
 
 
 def test_an_axis_that_reaches_the_output_is_left_to_tile_output():

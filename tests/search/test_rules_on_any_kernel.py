@@ -57,5 +57,5 @@ def test_scaling_a_matmul_operand_leaves_the_matmuls_other_readers_unscaled():
     rule = next(r for r in RULES if r.name == "scale_before_matmul")
     out = apply_rule(rule, kernel, rule.find(kernel)[0], SMALL)
     inputs = random_inputs(kernel, seed=1)
-    np.testing.assert_allclose(emulate(out, inputs, SMALL, exact=True),
-                               emulate(kernel, inputs, SMALL, exact=True), rtol=1e-12)
+    np.testing.assert_allclose(emulate(out, inputs, exact=True),
+                               emulate(kernel, inputs, exact=True), rtol=1e-12)

@@ -2,13 +2,13 @@
 
 from stochopt import load_spec
 from stochopt.backend.cost import cost
-from stochopt.leir import check
+from stochopt.leir import typecheck
 from stochopt.lower import lower
 from stochopt.machine import MNCORE2
 from stochopt.search.reduce_tiling import tile_reduction
 from stochopt.search.rewrite import RULES, apply_rule
 from stochopt.search.schedule import candidate_orders, schedule
-from stochopt.verify import check as verify
+from stochopt.verify import check
 
 
 def _tiled_op_by_op():
@@ -23,10 +23,10 @@ def _tiled_op_by_op():
 def test_the_scheduler_finds_a_faster_order_with_the_same_meaning():
     spec, baseline, tiled = _tiled_op_by_op()
     scheduled = schedule(tiled, MNCORE2)
-    assert check(scheduled, MNCORE2) == scheduled
+    assert typecheck(scheduled, MNCORE2) == scheduled
     assert sorted(n.op for n in scheduled.nodes) == sorted(n.op for n in tiled.nodes)
     assert cost(scheduled).cycles < cost(tiled).cycles
-    verdict = verify(scheduled, spec, examples=6, baseline=baseline, seed=2)
+    verdict = check(scheduled, spec, examples=6, baseline=baseline, seed=2)
     assert verdict.equivalent, verdict.counterexample.describe()
 
 

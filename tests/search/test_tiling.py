@@ -9,11 +9,11 @@ from stochopt import load_spec
 from stochopt.backend.cost import cost
 from stochopt.backend.emulate import emulate
 from stochopt.errors import ConstraintError
-from stochopt.leir import check, parse, render
+from stochopt.leir import parse, render, typecheck
 from stochopt.lower import lower
 from stochopt.machine import MNCORE2, SMALL
 from stochopt.search.tiling import tile_output, where_tile_output
-from stochopt.verify import check as verify
+from stochopt.verify import check
 from tests.strategies import (
     assert_transform_keeps_values_or_refuses,
     kernels,
@@ -36,11 +36,11 @@ BIG = pytest.mark.slow
 def test_tiling_keeps_meaning_and_overlaps_the_dma_with_compute(name, site):
     spec, kernel = lowered(name)
     tiled = tile_output(kernel, site, MNCORE2)
-    assert check(tiled, MNCORE2) == tiled and parse(render(tiled)) == tiled
+    assert typecheck(tiled, MNCORE2) == tiled and parse(render(tiled)) == tiled
     assert tiled.nodes[tiled.output].op == "concat"
     assert [n.op for n in tiled.nodes].count("store") == site[1]
     assert cost(tiled).cycles < cost(kernel).cycles
-    verdict = verify(tiled, spec, examples=8, baseline=kernel, seed=1)
+    verdict = check(tiled, spec, examples=8, baseline=kernel, seed=1)
     assert verdict.equivalent, verdict.counterexample.describe()
 
 

@@ -63,7 +63,7 @@ def check_cache_against_fresh(kernel) -> None:
         assert CACHED._one(kernel, i) == fresh  # from the cache this time
         for exact in (True, False):
             assert same_array(CACHED.output(kernel, i, exact),
-                              emulate(kernel, FRESH.inputs[i], MNCORE2, exact=exact))
+                              emulate(kernel, FRESH.inputs[i], exact=exact))
     assert CACHED.error(kernel) == FRESH.error(kernel)
     refused = FRESH.range_refused(kernel)
     assert CACHED.range_refused(kernel) == refused
@@ -110,7 +110,7 @@ def test_an_edit_recomputes_only_what_lies_downstream():
     values.output(negated, 0, inputs, exact=True)
     assert values.computed == first + 2
     assert same_array(values.output(negated, 0, inputs, exact=True),
-                      emulate(negated, inputs, MNCORE2, exact=True))
+                      emulate(negated, inputs, exact=True))
 
 
 def test_cached_values_are_read_only_and_inputs_are_converted_once():

@@ -73,11 +73,7 @@ def find(path: Path, seeds: int = 30) -> str | None:
     text = path.read_text()
     kernel = parse(text)
     spec = load_spec(REPO / re.match(r"# spec: (\S+)\n", text).group(1))
-    comparison = _Comparison(kernel, spec, lower(spec), None, None)
-    comparison.machine = None
-    from stochopt.machine import load_machine
-
-    comparison.machine = load_machine(None)
+    comparison = _Comparison(kernel, spec, lower(spec), None)
     cuts = kernel_boundaries(kernel, spec)
     candidates = structured_recipes(spec) + hunting_recipes(spec)
     for seed in range(seeds):
