@@ -4,7 +4,7 @@
     python benchmarks/hand_vs_search.py --budget 2m --specs matmul mla_decode
 
 For each spec with a hand-written kernel: its baseline, the hand kernel's cycles, what
-greedy (the rewrite rules to a fixpoint, stochopt/search/greedy.py) reaches and how long
+greedy (the rewrite rules to a fixpoint, stochopt/transform/greedy.py) reaches and how long
 it took, and the best of `stochopt optimize --proposer mixed --chains 2` after the
 budget; then the search's share of the hand kernel (hand / search, 1.00 = as fast).
 Prints a markdown table; the run directories stay under --out for `stochopt report`.
@@ -28,8 +28,8 @@ from stochopt.backend.cost import cost  # noqa: E402
 from stochopt.backend.machine import load_machine  # noqa: E402
 from stochopt.kernel_file import read_kernel_file  # noqa: E402
 from stochopt.lower.lowering import lower  # noqa: E402
-from stochopt.search.greedy import greedy_fixpoint  # noqa: E402
 from stochopt.spec import load_spec  # noqa: E402
+from stochopt.transform.greedy import greedy_fixpoint  # noqa: E402
 
 SPECS = ("attention_scores", "matmul", "attention_decode", "mla_decode")
 

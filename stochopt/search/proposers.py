@@ -10,8 +10,8 @@ import random
 from dataclasses import dataclass, field
 
 from stochopt.errors import StochoptError
-from stochopt.search.mutate import propose_mutation
-from stochopt.search.rewrite import propose_rewrite
+from stochopt.transform.mutate import propose_mutation
+from stochopt.transform.rewrite import propose_rewrite
 
 BUILTIN = {"mutate": propose_mutation, "rewrite": propose_rewrite}
 NAMES = ("mixed", "mutate", "rewrite", "llm")

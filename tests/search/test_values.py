@@ -19,8 +19,8 @@ from stochopt.leir import parse, render
 from stochopt.lower import lower
 from stochopt.search import chain as chain_module
 from stochopt.search.chain import Candidate, Chain
-from stochopt.search.mutate import propose_mutation
 from stochopt.search.values import CachedScreening, NodeValues, Proofs
+from stochopt.transform.mutate import propose_mutation
 from stochopt.verify.check import Verdict
 from stochopt.verify.screening import ScreeningSet
 

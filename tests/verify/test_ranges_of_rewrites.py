@@ -8,11 +8,12 @@ import random
 from pathlib import Path
 
 import pytest
+from tests.search.test_moves_and_rules import LOSSY
 
 from stochopt.backend.machine import MNCORE2
 from stochopt.errors import StochoptError
 from stochopt.leir import parse, render
-from stochopt.search.rewrite import RULES, apply_rule
+from stochopt.transform.rewrite import RULES, apply_rule
 from stochopt.verify.ranges import (
     OVERFLOW,
     ZERO_DIVISION,
@@ -20,7 +21,6 @@ from stochopt.verify.ranges import (
     declared_ranges,
     range_refusal,
 )
-from tests.search.test_moves_and_rules import LOSSY
 
 SPECS = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "specs").glob("*.py"))
 EXACT = [r for r in RULES if r.name not in LOSSY]

@@ -22,7 +22,7 @@ from stochopt.leir.ir import Kernel, Node
 from stochopt.leir.layout import Factor, Layout
 from stochopt.leir.ops import ELEMENTWISE, OPS
 from stochopt.leir.rules import Const, make_layout
-from stochopt.search.edit import rebuild
+from stochopt.transform.edit import rebuild
 
 TILE_COUNTS = (2, 4, 8)
 WHOLE = None  # a value that does not vary along the tiled axis: computed once

@@ -5,9 +5,9 @@ from stochopt.backend.cost import cost
 from stochopt.backend.machine import MNCORE2
 from stochopt.leir import check
 from stochopt.lower import lower
-from stochopt.search.reduce_tiling import tile_reduction
-from stochopt.search.rewrite import RULES, apply_rule
-from stochopt.search.schedule import candidate_orders, schedule
+from stochopt.transform.reduce_tiling import tile_reduction
+from stochopt.transform.rewrite import RULES, apply_rule
+from stochopt.transform.schedule import candidate_orders, schedule
 from stochopt.verify import check as verify
 
 

@@ -12,7 +12,7 @@ from stochopt.backend.machine import MNCORE2, SMALL
 from stochopt.errors import ConstraintError
 from stochopt.leir import check, parse, render
 from stochopt.lower import lower
-from stochopt.search.tiling import tile_output, where_tile_output
+from stochopt.transform.tiling import tile_output, where_tile_output
 from stochopt.verify import check as verify
 from tests.strategies import (
     assert_transform_keeps_values_or_refuses,

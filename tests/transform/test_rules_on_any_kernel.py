@@ -11,7 +11,7 @@ from stochopt.backend.emulate import emulate, random_inputs
 from stochopt.backend.machine import SMALL
 from stochopt.errors import ConstraintError
 from stochopt.leir import parse
-from stochopt.search.rewrite import RULES, apply_rule
+from stochopt.transform.rewrite import RULES, apply_rule
 from tests.strategies import assert_same_exact_values, kernels
 
 WHOLE_KERNEL_RULES = ("tile_reduction", "propagate_layout", "swap_matmul_orientation",

@@ -27,7 +27,7 @@ from stochopt.errors import ConstraintError
 from stochopt.leir.ir import Kernel, Node
 from stochopt.leir.layout import Factor
 from stochopt.leir.rules import make_layout
-from stochopt.search.edit import append, rebuild, replace_uses, substitute
+from stochopt.transform.edit import append, rebuild, replace_uses, substitute
 
 
 def _swap_last(rank: int) -> tuple[int, ...]:

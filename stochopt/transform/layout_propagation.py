@@ -27,7 +27,7 @@ from stochopt.leir.ir import Kernel
 from stochopt.leir.layout import Factor, Layout
 from stochopt.leir.ops import ELEMENTWISE, OPS
 from stochopt.leir.rules import make_layout
-from stochopt.search.edit import rebuild, replace_uses
+from stochopt.transform.edit import rebuild, replace_uses
 
 LAYOUT_OPS = ("load", "relayout", "full")
 

@@ -3,7 +3,7 @@
 Each rule is one entry of RULES (at the end): a name, its algebra, ``_where_<name>(k)``
 listing the places it applies, and ``<name>(kernel, place, machine)`` returning the
 rewritten kernel (or raising ConstraintError when the result would be ill-formed).
-docs/search.md lists them all; tests/search prove each keeps meaning through the
+docs/search.md lists them all; tests/transform prove each keeps meaning through the
 verifier.
 """
 
@@ -18,8 +18,8 @@ from stochopt.leir.ir import Kernel, Node
 from stochopt.leir.layout import LEVELS, Factor, Layout
 from stochopt.leir.rules import Const, make_layout
 from stochopt.leir.types import TensorType
-from stochopt.search import algebraic_forms as forms
-from stochopt.search.edit import (
+from stochopt.transform import algebraic_forms as forms
+from stochopt.transform.edit import (
     append,
     common_subexpressions,
     insert,
@@ -28,16 +28,16 @@ from stochopt.search.edit import (
     shifted,
     substitute,
 )
-from stochopt.search.layout_propagation import (
+from stochopt.transform.layout_propagation import (
     gather_spread_factor,
     propagate_layout,
     where_gather_spread_factor,
     where_propagate_layout,
 )
-from stochopt.search.reduce_tiling import tile_reduction, where_tile_reduction
-from stochopt.search.schedule import schedule
-from stochopt.search.tiling import tile_output, where_tile_output
-from stochopt.search.weights import weighted_choice
+from stochopt.transform.reduce_tiling import tile_reduction, where_tile_reduction
+from stochopt.transform.schedule import schedule
+from stochopt.transform.tiling import tile_output, where_tile_output
+from stochopt.transform.weights import weighted_choice
 
 LAYOUT_OPS = ("load", "relayout", "full")
 

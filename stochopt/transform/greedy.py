@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from stochopt.backend.cost import cost
 from stochopt.errors import StochoptError
 from stochopt.leir.ir import Kernel
-from stochopt.search.rewrite import RULES, apply_rule
 from stochopt.spec import Spec
+from stochopt.transform.rewrite import RULES, apply_rule
 from stochopt.verify.check import check
 from stochopt.verify.screening import ScreeningSet
 

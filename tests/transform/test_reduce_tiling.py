@@ -12,8 +12,8 @@ from stochopt.backend.machine import MNCORE2, SMALL
 from stochopt.errors import ConstraintError
 from stochopt.leir import check, parse, render
 from stochopt.lower import lower
-from stochopt.search.reduce_tiling import tile_reduction, where_tile_reduction
-from stochopt.search.schedule import schedule
+from stochopt.transform.reduce_tiling import tile_reduction, where_tile_reduction
+from stochopt.transform.schedule import schedule
 from stochopt.verify import check as verify
 from tests.strategies import (
     assert_transform_keeps_values_or_refuses,

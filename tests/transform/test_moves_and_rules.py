@@ -13,8 +13,8 @@ from stochopt.errors import ConstraintError, StochoptError
 from stochopt.leir import check, parse, render
 from stochopt.leir.types import native_dtype
 from stochopt.lower import lower
-from stochopt.search.mutate import MOVES
-from stochopt.search.rewrite import RULES, apply_rule
+from stochopt.transform.mutate import MOVES
+from stochopt.transform.rewrite import RULES, apply_rule
 from stochopt.verify import check as verify
 
 LOSSY = ("round_matmul_operands_to_bf16", "split_matmul_operand_hi_lo")
@@ -106,7 +106,7 @@ def _applications(lowered, rule, limit=3):
                 current = nxt
 
 
-# list_schedule only reorders; tests/search/test_schedule.py proves it on a tiled kernel
+# list_schedule only reorders; tests/transform/test_schedule.py proves it on a tiled kernel
 EXACT_RULES = [r for r in RULES if r.name not in LOSSY and r.name != "list_schedule"]
 
 
