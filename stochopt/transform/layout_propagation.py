@@ -25,11 +25,12 @@ from dataclasses import replace
 from stochopt.errors import ConstraintError
 from stochopt.leir.ir import Kernel
 from stochopt.leir.layout import Factor, Layout
-from stochopt.leir.ops import ELEMENTWISE, OPS
+from stochopt.leir.ops import ELEMENTWISE, LAYOUT, OPS
 from stochopt.leir.rules import make_layout
 from stochopt.transform.edit import rebuild, replace_uses
 
-LAYOUT_OPS = ("load", "relayout", "full")
+# the ops that carry a layout of their own (a layout parameter): load, relayout, full
+LAYOUT_OPS = tuple(name for name, op in OPS.items() if any(p.kind == LAYOUT for p in op.params))
 
 
 def layout_groups(k: Kernel) -> list[int]:
@@ -62,7 +63,7 @@ def where_propagate_layout(k: Kernel) -> list[tuple[str, int]]:
     return sites
 
 
-def propagate_layout(k: Kernel, site: tuple[str, int], machine) -> Kernel:
+def propagate_layout(k: Kernel, site: tuple[str, int], machine, rng=None) -> Kernel:
     kind, i = site
     nodes = list(k.nodes)
     if kind == "relayout":

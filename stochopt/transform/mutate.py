@@ -17,6 +17,7 @@ from stochopt.leir.layout import LEVELS, Factor, Layout
 from stochopt.leir.ops import OPS, siblings
 from stochopt.leir.rules import make_layout
 from stochopt.transform.edit import insert, rebuild, remap, replace_uses, shifted
+from stochopt.transform.layout_propagation import LAYOUT_OPS
 from stochopt.transform.weights import weighted_choice
 
 
@@ -64,7 +65,7 @@ def mutate_layout(layout: Layout, rng: random.Random, fanout: dict[str, int]) ->
 
 def change_layout(kernel: Kernel, rng: random.Random, machine) -> Kernel | None:
     """A load, relayout or full gets a randomly changed layout."""
-    i = _pick(rng, kernel, ("load", "relayout", "full"))
+    i = _pick(rng, kernel, LAYOUT_OPS)
     if i is None:
         return None
     nodes = list(kernel.nodes)

@@ -38,7 +38,7 @@ def where_tile_output(k: Kernel) -> list[tuple[int, int]]:
             if size % t == 0]
 
 
-def tile_output(k: Kernel, site: tuple[int, int], machine) -> Kernel:
+def tile_output(k: Kernel, site: tuple[int, int], machine, rng=None) -> Kernel:
     axis, tiles = site
     tax = _tiled_axes(k, axis)
     for i, ax in tax.items():

@@ -14,7 +14,7 @@ from stochopt.leir import check, parse, render
 from stochopt.leir.types import native_dtype
 from stochopt.lower import lower
 from stochopt.transform.mutate import MOVES
-from stochopt.transform.rewrite import RULES, apply_rule
+from stochopt.transform.rewrite import RULES
 from stochopt.verify import check as verify
 
 LOSSY = ("round_matmul_operands_to_bf16", "split_matmul_operand_hi_lo")
@@ -86,7 +86,7 @@ def _applications(lowered, rule, limit=3):
             outs = []
             for site in rule.find(current)[:limit]:
                 try:
-                    out = apply_rule(rule, current, site, MNCORE2, rng)
+                    out = rule.apply(current, site, MNCORE2, rng)
                 except StochoptError:
                     continue
                 if out is not None:
@@ -99,7 +99,7 @@ def _applications(lowered, rule, limit=3):
                       if s and r is not rule and r.name not in LOSSY]
             r, s = rng.choice(others)
             try:
-                nxt = apply_rule(r, current, rng.choice(s), MNCORE2, rng)
+                nxt = r.apply(current, rng.choice(s), MNCORE2, rng)
             except StochoptError:
                 continue
             if nxt is not None:

@@ -6,7 +6,7 @@ from stochopt.backend.machine import MNCORE2
 from stochopt.leir import check
 from stochopt.lower import lower
 from stochopt.transform.reduce_tiling import tile_reduction
-from stochopt.transform.rewrite import RULES, apply_rule
+from stochopt.transform.rewrite import RULES
 from stochopt.transform.schedule import candidate_orders, schedule
 from stochopt.verify import check as verify
 
@@ -41,6 +41,6 @@ def test_every_candidate_order_reads_operands_after_they_are_made():
 def test_the_rule_declines_when_no_order_is_faster():
     _, _, tiled = _tiled_op_by_op()
     rule = next(r for r in RULES if r.name == "list_schedule")
-    once = apply_rule(rule, tiled, tiled.output, MNCORE2)
+    once = rule.apply(tiled, tiled.output, MNCORE2)
     assert once is not None
-    assert apply_rule(rule, once, once.output, MNCORE2) is None
+    assert rule.apply(once, once.output, MNCORE2) is None

@@ -13,7 +13,7 @@ from tests.search.test_moves_and_rules import LOSSY
 from stochopt.backend.machine import MNCORE2
 from stochopt.errors import StochoptError
 from stochopt.leir import parse, render
-from stochopt.transform.rewrite import RULES, apply_rule
+from stochopt.transform.rewrite import RULES
 from stochopt.verify.ranges import (
     OVERFLOW,
     ZERO_DIVISION,
@@ -32,7 +32,7 @@ def _rewrites(kernel, rng):
     for rule in EXACT:
         for site in rule.find(kernel):
             try:
-                out = apply_rule(rule, kernel, site, MNCORE2, rng)
+                out = rule.apply(kernel, site, MNCORE2, rng)
             except StochoptError:
                 continue  # a rewrite the machine or the types refuse: not a kernel
             if out is not None:
@@ -73,7 +73,7 @@ def test_exact_rewrites_of_an_accepted_kernel_are_accepted(name, spec_and_baseli
             rule, sites = rng.choice(options)
             site = rng.choice(sites)
             try:
-                out = apply_rule(rule, current, site, MNCORE2, rng)
+                out = rule.apply(current, site, MNCORE2, rng)
             except StochoptError:
                 continue
             if out is None:
