@@ -73,6 +73,11 @@ class Pat:
         """The first of ``alternatives`` that matches."""
         return Pat(name=name, kind=ALTERNATIVES, alternatives=alternatives)
 
+    def names(self) -> set[str]:
+        """Every name this pattern binds."""
+        inner = self.alternatives + self.sources
+        return {n for p in inner for n in p.names()} | ({self.name} if self.name else set())
+
     def root_ops(self) -> tuple[str, ...]:
         """The ops a node must have for this pattern to match at it (its index keys)."""
         if self.kind == ALTERNATIVES:
@@ -92,54 +97,88 @@ class Pat:
         return f"{op}{inner}"
 
 
-def _match(pat: Pat, kernel: Kernel, arg: int | Const, bound: dict[str, Any]) -> bool:
-    """Match ``pat`` at one argument, adding to ``bound``; on failure ``bound`` may hold
-    partial bindings (the caller drops them)."""
-    if pat.kind == ALTERNATIVES:
-        for alternative in pat.alternatives:
-            trial = dict(bound)
-            if _match(alternative, kernel, arg, trial):
-                bound.clear()
-                bound.update(trial)
-                return _bind(pat, kernel, arg, bound)
-        return False
-    is_literal = isinstance(arg, Const)
-    if pat.kind == CONST and not is_literal or pat.kind in (NODE, TENSOR) and is_literal:
-        return False
-    if pat.kind == NODE:
-        node = kernel.nodes[arg]
-        if pat.ops is not None and node.op not in pat.ops:
+Matcher = Callable[[tuple[Node, ...], Any, dict[str, Any]], bool]
+_UNBOUND = object()
+
+
+def compile_pattern(pat: Pat) -> Matcher:
+    """A function ``(nodes, argument, bindings) -> bool`` that matches ``pat`` at one
+    argument (a node index or a literal), adding to ``bindings``; on failure they may hold
+    partial bindings, which the caller drops. Compiled once per entry: the proposer asks
+    every entry for its sites at every step, so the tests that fail are made cheap."""
+    where, name = pat.where, pat.name
+
+    def bind(nodes: tuple[Node, ...], arg: Any, bound: dict[str, Any]) -> bool:
+        if where is not None and not where(_view(nodes, arg)):
             return False
-        if pat.sources:
-            if len(node.args) != len(pat.sources):
+        if name is None:
+            return True
+        known = bound.get(name, _UNBOUND)
+        if known is _UNBOUND:
+            bound[name] = arg
+            return True
+        return known == arg  # a name used twice must bind the same argument
+
+    plain = where is None and name is None  # nothing to check or bind: skip bind()
+    if pat.kind == ALTERNATIVES:
+        alternatives = [compile_pattern(a) for a in pat.alternatives]
+
+        def match(nodes, arg, bound):
+            size = len(bound)
+            for alternative in alternatives:
+                if alternative(nodes, arg, bound):
+                    return bind(nodes, arg, bound)
+                while len(bound) > size:  # drop what the failed alternative bound
+                    bound.popitem()
+            return False
+        return match
+    if pat.kind == ANY:
+        return bind
+    if pat.kind == CONST:
+        return lambda nodes, arg, bound: isinstance(arg, Const) and bind(nodes, arg, bound)
+    if pat.kind == TENSOR:
+        return lambda nodes, arg, bound: not isinstance(arg, Const) and bind(nodes, arg, bound)
+    ops = frozenset(pat.ops) if pat.ops is not None else None
+    sources = [compile_pattern(source) for source in pat.sources]
+    count = len(sources)
+
+    def match_node(nodes, arg, bound):
+        if isinstance(arg, Const):
+            return False
+        node = nodes[arg]
+        if ops is not None and node.op not in ops:
+            return False
+        if count:
+            args = node.args
+            if len(args) != count:
                 return False
-            for source, a in zip(pat.sources, node.args, strict=True):
-                if not _match(source, kernel, a, bound):
+            for source, a in zip(sources, args, strict=True):
+                if not source(nodes, a, bound):
                     return False
-    return _bind(pat, kernel, arg, bound)
-
-
-def _bind(pat: Pat, kernel: Kernel, arg: int | Const, bound: dict[str, Any]) -> bool:
-    if pat.where is not None and not pat.where(_view(kernel, arg)):
-        return False
-    if pat.name is None:
-        return True
-    if pat.name in bound:  # a name used twice must bind the same argument
-        return bound[pat.name] == arg
-    bound[pat.name] = arg
-    return True
+        return plain or bind(nodes, arg, bound)
+    return match_node
 
 
 # ---------------------------------------------------------------------------------
 # what a match binds
 # ---------------------------------------------------------------------------------
 
-@dataclass(frozen=True, slots=True)
 class Bound:
     """A node a pattern bound: its index in the kernel and the node itself."""
 
-    index: int
-    node: Node
+    __slots__ = ("index", "node")  # a plain class: made for every binding, so made cheap
+
+    def __init__(self, index: int, node: Node) -> None:
+        self.index, self.node = index, node
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Bound) and (self.index, self.node) == (other.index, other.node)
+
+    def __hash__(self) -> int:
+        return hash(self.index)
+
+    def __repr__(self) -> str:
+        return f"Bound({self.index}, {self.node.op})"
 
     @property
     def op(self) -> str:
@@ -162,24 +201,26 @@ class Bound:
                    line=self.node.line)
 
 
-def _view(kernel: Kernel, arg: int | Const) -> Bound | Const:
-    return arg if isinstance(arg, Const) else Bound(arg, kernel.nodes[arg])
+def _view(nodes: tuple[Node, ...], arg: int | Const) -> Bound | Const:
+    return arg if isinstance(arg, Const) else Bound(arg, nodes[arg])
+
+
+RESERVED = {"kernel", "root", "bindings"}  # a Match's own attributes
 
 
 class Match:
     """One site of one rule: the root node's index and what the pattern bound there
     (``m.x`` is the Bound node or the literal bound as ``x``)."""
 
-    __slots__ = ("kernel", "root", "bindings")
-
     def __init__(self, kernel: Kernel, root: int, bindings: dict[str, Any]) -> None:
+        # the bindings become attributes: conditions read them at every candidate site
+        attributes, nodes = self.__dict__, kernel.nodes
+        for name, arg in bindings.items():
+            attributes[name] = arg if arg.__class__ is Const else Bound(arg, nodes[arg])
         self.kernel, self.root, self.bindings = kernel, root, bindings
 
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return _view(self.kernel, self.bindings[name])
-        except KeyError:
-            raise AttributeError(f"the pattern binds no {name!r}") from None
+    def __getattr__(self, name: str) -> Any:  # only reached for a name the pattern lacks
+        raise AttributeError(f"the pattern binds no {name!r}")
 
     def __repr__(self) -> str:
         return f"Match(root={self.root}, {self.bindings})"
@@ -244,10 +285,14 @@ class PatternMatcher:
 
     def __init__(self, entries: Sequence[Local]) -> None:
         self.entries = tuple(entries)
-        self.by_op: dict[str, list[Local]] = {}
+        self.by_op: dict[str, list[tuple[Local, Matcher]]] = {}
         for entry in self.entries:
+            if clash := entry.pattern.names() & RESERVED:
+                raise ValueError(f"{entry.name}: the pattern binds {sorted(clash)}, which a "
+                                 f"Match holds itself; name them otherwise")
+            matcher = compile_pattern(entry.pattern)
             for op in entry.pattern.root_ops():
-                self.by_op.setdefault(op, []).append(entry)
+                self.by_op.setdefault(op, []).append((entry, matcher))
         self._last: tuple[Kernel | None, dict[str, list[Match]]] = (None, {})
 
     def sites(self, kernel: Kernel) -> dict[str, list[Match]]:
@@ -255,11 +300,12 @@ class PatternMatcher:
         last, found = self._last
         if last is kernel:
             return found
-        found = {entry.name: [] for entry in self.entries}
-        for index, node in enumerate(kernel.nodes):
-            for entry in self.by_op.get(node.op, ()):
+        found: dict[str, list[Match]] = {entry.name: [] for entry in self.entries}
+        nodes, by_op = kernel.nodes, self.by_op
+        for index, node in enumerate(nodes):
+            for entry, matches in by_op.get(node.op, ()):
                 bound: dict[str, Any] = {}
-                if _match(entry.pattern, kernel, index, bound):
+                if matches(nodes, index, bound):
                     m = Match(kernel, index, bound)
                     if entry.when is None or entry.when(m):
                         found[entry.name].append(m)

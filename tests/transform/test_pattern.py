@@ -72,9 +72,9 @@ def test_the_matcher_finds_what_each_pattern_matches_alone():
         alone = PatternMatcher([entry]).sites(k)[entry.name]
         assert [m.root for m in MATCHER.sites(k)[entry.name]] == [m.root for m in alone]
     # only the entries whose root op is the node's are tried there
-    assert {e.name for e in MATCHER.by_op["div"]} >= {"fold_scales",
+    assert {e.name for e, _ in MATCHER.by_op["div"]} >= {"fold_scales",
                                                        "divide_by_constant_as_multiply"}
-    assert "fold_scales" not in {e.name for e in MATCHER.by_op.get("add", [])}
+    assert "fold_scales" not in {e.name for e, _ in MATCHER.by_op.get("add", [])}
 
 
 def test_a_site_carries_its_bindings_and_belongs_to_its_kernel():
@@ -116,6 +116,11 @@ def test_a_bound_node_as_replacement_takes_the_roots_readers():
 def test_a_root_pattern_needs_an_op():
     with pytest.raises(ValueError, match="op at its root"):
         PatternMatcher([Local("any", "x -> x", Pat.var("x"), lambda m: m.x)])
+
+
+def test_a_pattern_may_not_bind_a_name_a_match_holds():
+    with pytest.raises(ValueError, match="root"):
+        PatternMatcher([Local("r", "x -> x", Pat("neg", Pat.tensor("root")), lambda m: m.x)])
 
 
 def test_patterns_print_their_shape():
