@@ -8,7 +8,7 @@ import random
 from pathlib import Path
 
 import pytest
-from tests.search.test_moves_and_rules import LOSSY
+from tests.transform.test_moves_and_rules import LOSSY
 
 from stochopt.backend.machine import MNCORE2
 from stochopt.errors import StochoptError

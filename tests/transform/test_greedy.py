@@ -1,0 +1,43 @@
+"""Greedy: the rewrite rules to a fixpoint, the best improving rewrite at each step."""
+
+from dataclasses import replace
+
+import pytest
+
+from stochopt import load_spec
+from stochopt.backend.cost import cost
+from stochopt.backend.machine import MNCORE2
+from stochopt.lower import lower
+from stochopt.transform import greedy
+
+
+@pytest.fixture(scope="module")
+def vector_add():
+    spec = load_spec("specs/vector_add.py")
+    return spec, lower(spec)
+
+
+@pytest.mark.slow
+def test_each_step_lowers_the_cycles_and_a_seed_gives_one_result(vector_add):
+    spec, kernel = vector_add
+    first = greedy.greedy_fixpoint(kernel, spec, MNCORE2, examples=20, seed=0)
+    again = greedy.greedy_fixpoint(kernel, spec, MNCORE2, examples=20, seed=0)
+    assert first.verified and first.steps
+    cycles = [cost(kernel, MNCORE2).cycles] + [c for _, c in first.steps]
+    assert all(later < earlier for earlier, later in zip(cycles, cycles[1:], strict=False))
+    assert first.cycles == cycles[-1] == cost(first.kernel, MNCORE2).cycles
+    assert (first.steps, first.cycles) == (again.steps, again.cycles)
+
+
+@pytest.mark.slow
+def test_a_result_the_full_check_refuses_gives_back_the_start_kernel(vector_add, monkeypatch):
+    spec, kernel = vector_add
+    real = greedy.check
+
+    def refuse(*args, **kwargs):
+        return replace(real(*args, **kwargs), equivalent=False)
+    monkeypatch.setattr(greedy, "check", refuse)
+    result = greedy.greedy_fixpoint(kernel, spec, MNCORE2, examples=20, seed=0)
+    assert result.kernel is kernel and result.steps == []
+    assert result.cycles == cost(kernel, MNCORE2).cycles
+    assert result.verified  # the start kernel is the baseline: nothing left to prove
