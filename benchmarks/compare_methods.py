@@ -69,7 +69,7 @@ def run_greedy(spec: Path, seed: int) -> dict:
         "from stochopt.lower.roofline import spec_roofline\n"
         "from stochopt.backend.cost import cost\n"
         "from stochopt.machine import MNCORE2\n"
-        "from stochopt.search.greedy import greedy_fixpoint\n"
+        "from stochopt.transform.greedy import greedy_fixpoint\n"
         f"s = load_spec({str(spec)!r}); k = lower(s)\n"
         f"r = greedy_fixpoint(k, s, MNCORE2, seed={seed})\n"
         "print(json.dumps({'baseline': cost(k).cycles, 'best': r.cycles,\n"

@@ -4,7 +4,7 @@
     python benchmarks/hand_vs_search.py --budget 2m --specs matmul mla_decode
 
 For each bundled spec: its baseline (the lowering), what greedy (the rewrite rules to a
-fixpoint, stochopt/search/greedy.py, its result fully checked) reaches and how long it
+fixpoint, stochopt/transform/greedy.py, its result fully checked) reaches and how long it
 took, the kernel written by hand where benchmarks/kernels/ has one, and the best of
 `stochopt optimize --proposer mixed --chains 2` after the budget: proved, and the fastest
 found whose check did not finish, and candidates per second. Then search / greedy and
@@ -30,8 +30,8 @@ from stochopt.backend.cost import cost  # noqa: E402
 from stochopt.kernel_file import read_kernel_file  # noqa: E402
 from stochopt.lower.lowering import lower  # noqa: E402
 from stochopt.machine import load_machine  # noqa: E402
-from stochopt.search.greedy import greedy_fixpoint  # noqa: E402
 from stochopt.spec import load_spec  # noqa: E402
+from stochopt.transform.greedy import greedy_fixpoint  # noqa: E402
 
 KERNELS = ROOT / "benchmarks" / "kernels"
 SPECS = sorted(p.stem for p in (ROOT / "specs").glob("*.py") if not p.name.startswith("_"))

@@ -37,10 +37,10 @@ class ChainConfig:
     full_examples: int = 200     # examples of the full check before a kernel becomes best
     screening_inputs: int = 3
     # the first proposal of a chain that rewrites: the rules applied greedily to a
-    # fixpoint (stochopt/search/greedy.py), so no run ends slower than greedy would
+    # fixpoint (stochopt/transform/greedy.py), so no run ends slower than greedy would
     fixpoint_first: bool = True
     # relative weight of each move and rule when its proposer draws one (STOKE's weighted
-    # transforms); a name left out weighs 1 (stochopt/search/weights.py)
+    # transforms); a name left out weighs 1 (stochopt/transform/weights.py)
     move_weights: dict[str, float] = field(default_factory=dict)
 
 

@@ -16,11 +16,11 @@ from stochopt.leir.parser import parse
 from stochopt.leir.render import render
 from stochopt.search.chain import Candidate, Chain, ChainConfig
 from stochopt.search.full_checks import FullChecks
-from stochopt.search.greedy import descend
 from stochopt.search.objective import Objective
 from stochopt.search.proposers import Bandit, ChainProposer
 from stochopt.search.values import CachedScreening
 from stochopt.spec import Spec
+from stochopt.transform.greedy import descend
 
 
 @dataclass

@@ -34,8 +34,8 @@ from stochopt.search.checks import LOWERING
 from stochopt.search.driver import RunResult, load_checkpoint, save_checkpoint
 from stochopt.search.proposers import check_proposer
 from stochopt.search.supervisor import supervise
-from stochopt.search.weights import check_move_weights
 from stochopt.spec import load_spec
+from stochopt.transform.weights import check_move_weights
 from stochopt.verify.check import certificate, check
 from stochopt.verify.screening import ScreeningSet
 

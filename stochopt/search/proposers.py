@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from stochopt.errors import ConstraintError, ParseError, StochoptError
 from stochopt.leir.ir import Kernel
 from stochopt.search.chain import Candidate
-from stochopt.search.mutate import propose_mutation
-from stochopt.search.rewrite import propose_rewrite
+from stochopt.transform.mutate import propose_mutation
+from stochopt.transform.rewrite import propose_rewrite
 
 BUILTIN = {"mutate": propose_mutation, "rewrite": propose_rewrite}
 NAMES = ("mixed", "mutate", "rewrite", "llm")

@@ -120,12 +120,12 @@ def test_an_edit_is_retyped_from_its_first_changed_node_as_from_scratch(monkeypa
     gives, and the refusals it raises, are those of a build from scratch."""
     import random
 
-    import stochopt.search.edit as edit_module
+    import stochopt.transform.edit as edit_module
     from stochopt.errors import StochoptError
     from stochopt.leir.ir import Node
     from stochopt.lower import lower
-    from stochopt.search.mutate import MOVES
     from stochopt.spec import load_spec
+    from stochopt.transform.mutate import MOVES
 
     def outcome(make, *args):
         try:

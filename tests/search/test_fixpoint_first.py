@@ -13,7 +13,7 @@ from stochopt.lower import lower
 from stochopt.machine import MNCORE2
 from stochopt.search.chain import ChainConfig
 from stochopt.search.chain_run import ChainRun
-from stochopt.search.greedy import descend, greedy_fixpoint
+from stochopt.transform.greedy import descend, greedy_fixpoint
 from stochopt.verify.screening import ScreeningSet
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,9 +15,9 @@ from stochopt.backend.cost import cost
 from stochopt.lower import lower
 from stochopt.machine import MNCORE2
 from stochopt.search.chain import Candidate, Chain, ChainConfig
-from stochopt.search.mutate import MOVES
 from stochopt.search.proposers import ChainProposer
-from stochopt.search.weights import check_move_weights, weighted_choice
+from stochopt.transform.mutate import MOVES
+from stochopt.transform.weights import check_move_weights, weighted_choice
 
 ROOT = Path(__file__).resolve().parents[2]
 TRIALS = 4000

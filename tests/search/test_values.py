@@ -20,8 +20,8 @@ from stochopt.machine import MNCORE2
 from stochopt.search import full_checks as full_checks_module
 from stochopt.search.chain import Candidate
 from stochopt.search.chain_run import ChainRun
-from stochopt.search.mutate import propose_mutation
 from stochopt.search.values import CachedScreening, NodeValues, Proofs
+from stochopt.transform.mutate import propose_mutation
 from stochopt.verify.check import Verdict
 from stochopt.verify.screening import ScreeningSet
 

@@ -12,7 +12,7 @@ import pytest
 from stochopt.errors import StochoptError
 from stochopt.leir import parse, render
 from stochopt.machine import MNCORE2
-from stochopt.search.rewrite import RULES, apply_rule
+from stochopt.transform.rewrite import RULES
 from stochopt.verify.ranges import (
     OVERFLOW,
     ZERO_DIVISION,
@@ -20,7 +20,7 @@ from stochopt.verify.ranges import (
     declared_ranges,
     range_refusal,
 )
-from tests.search.test_moves_and_rules import LOSSY
+from tests.transform.test_moves_and_rules import LOSSY
 
 SPECS = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "specs").glob("*.py"))
 EXACT = [r for r in RULES if r.name not in LOSSY]
@@ -32,7 +32,7 @@ def _rewrites(kernel, rng):
     for rule in EXACT:
         for site in rule.find(kernel):
             try:
-                out = apply_rule(rule, kernel, site, MNCORE2, rng)
+                out = rule.apply(kernel, site, MNCORE2, rng)
             except StochoptError:
                 continue  # a rewrite the machine or the types refuse: not a kernel
             if out is not None:
@@ -73,7 +73,7 @@ def test_exact_rewrites_of_an_accepted_kernel_are_accepted(name, spec_and_baseli
             rule, sites = rng.choice(options)
             site = rng.choice(sites)
             try:
-                out = apply_rule(rule, current, site, MNCORE2, rng)
+                out = rule.apply(current, site, MNCORE2, rng)
             except StochoptError:
                 continue
             if out is None:

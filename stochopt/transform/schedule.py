@@ -19,7 +19,7 @@ from __future__ import annotations
 from stochopt.backend.cost import cost
 from stochopt.errors import StochoptError
 from stochopt.leir.ir import Kernel, build
-from stochopt.search.edit import remap
+from stochopt.transform.edit import remap
 
 PREFETCH_DISTANCES = (1, 2, 4, None)  # None: every load as early as it can go
 

@@ -12,7 +12,7 @@ from stochopt.errors import ConstraintError
 from stochopt.leir import parse, render, typecheck
 from stochopt.lower import lower
 from stochopt.machine import MNCORE2, SMALL
-from stochopt.search.tiling import tile_output, where_tile_output
+from stochopt.transform.tiling import tile_output, where_tile_output
 from stochopt.verify import check
 from tests.strategies import (
     assert_transform_keeps_values_or_refuses,

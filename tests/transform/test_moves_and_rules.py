@@ -13,8 +13,8 @@ from stochopt.leir import parse, render, typecheck
 from stochopt.leir.types import native_dtype
 from stochopt.lower import lower
 from stochopt.machine import MNCORE2
-from stochopt.search.mutate import MOVES
-from stochopt.search.rewrite import RULES, apply_rule
+from stochopt.transform.mutate import MOVES
+from stochopt.transform.rewrite import RULES
 from stochopt.verify import check
 from tests.tiers import QUICK_AND_FULL
 
@@ -90,7 +90,7 @@ def _applications(lowered, rule, limit=3, full=True):
         for spec, kernel in by_size:
             for site in rule.find(kernel)[:1]:
                 try:
-                    out = apply_rule(rule, kernel, site, MNCORE2, rng)
+                    out = rule.apply(kernel, site, MNCORE2, rng)
                 except StochoptError:
                     continue
                 if out is not None:
@@ -102,7 +102,7 @@ def _applications(lowered, rule, limit=3, full=True):
             outs = []
             for site in rule.find(current)[:limit]:
                 try:
-                    out = apply_rule(rule, current, site, MNCORE2, rng)
+                    out = rule.apply(current, site, MNCORE2, rng)
                 except StochoptError:
                     continue
                 if out is not None:
@@ -117,7 +117,7 @@ def _applications(lowered, rule, limit=3, full=True):
                       if s and r is not rule and r.name not in LOSSY]
             r, s = rng.choice(others)
             try:
-                nxt = apply_rule(r, current, rng.choice(s), MNCORE2, rng)
+                nxt = r.apply(current, rng.choice(s), MNCORE2, rng)
             except StochoptError:
                 continue
             if nxt is not None:
@@ -130,7 +130,7 @@ def _strength(full: bool) -> dict:
     return {"examples": 12} if full else {"examples": 3, "structured": False}
 
 
-# list_schedule only reorders; tests/search/test_schedule.py proves it on a tiled kernel
+# list_schedule only reorders; tests/transform/test_schedule.py proves it on a tiled kernel
 EXACT_RULES = [r for r in RULES if r.name not in LOSSY and r.name != "list_schedule"]
 
 

@@ -27,7 +27,7 @@ from stochopt.leir.ir import Kernel
 from stochopt.leir.layout import Factor, Layout
 from stochopt.leir.ops import ELEMENTWISE, OPS, layout_ops
 from stochopt.leir.rules import make_layout
-from stochopt.search.edit import rebuild, replace_uses
+from stochopt.transform.edit import rebuild, replace_uses
 
 
 def layout_groups(k: Kernel) -> list[int]:
@@ -60,7 +60,7 @@ def where_propagate_layout(k: Kernel) -> list[tuple[str, int]]:
     return sites
 
 
-def propagate_layout(k: Kernel, site: tuple[str, int], machine) -> Kernel:
+def propagate_layout(k: Kernel, site: tuple[str, int], machine, rng=None) -> Kernel:
     kind, i = site
     nodes = list(k.nodes)
     if kind == "relayout":

@@ -32,8 +32,8 @@ from stochopt.errors import ConstraintError
 from stochopt.leir.ir import Kernel, Node
 from stochopt.leir.ops import ELEMENTWISE, OPS
 from stochopt.leir.rules import Const
-from stochopt.search.edit import rebuild
-from stochopt.search.tiling import TILE_COUNTS, dram_slice, refuse, strict_remap, tile_attrs
+from stochopt.transform.edit import rebuild
+from stochopt.transform.tiling import TILE_COUNTS, dram_slice, refuse, strict_remap, tile_attrs
 
 REDUCTIONS = {"reduce_sum": "add", "reduce_max": "maximum", "reduce_min": "minimum"}
 WHAT = "the reduced axis"

@@ -5,9 +5,9 @@ from stochopt.backend.cost import cost
 from stochopt.leir import typecheck
 from stochopt.lower import lower
 from stochopt.machine import MNCORE2
-from stochopt.search.reduce_tiling import tile_reduction
-from stochopt.search.rewrite import RULES, apply_rule
-from stochopt.search.schedule import candidate_orders, schedule
+from stochopt.transform.reduce_tiling import tile_reduction
+from stochopt.transform.rewrite import RULES
+from stochopt.transform.schedule import candidate_orders, schedule
 from stochopt.verify import check
 
 
@@ -41,6 +41,6 @@ def test_every_candidate_order_reads_operands_after_they_are_made():
 def test_the_rule_declines_when_no_order_is_faster():
     _, _, tiled = _tiled_op_by_op()
     rule = next(r for r in RULES if r.name == "list_schedule")
-    once = apply_rule(rule, tiled, tiled.output, MNCORE2)
+    once = rule.apply(tiled, tiled.output, MNCORE2)
     assert once is not None
-    assert apply_rule(rule, once, once.output, MNCORE2) is None
+    assert rule.apply(once, once.output, MNCORE2) is None

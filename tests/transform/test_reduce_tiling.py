@@ -12,8 +12,8 @@ from stochopt.errors import ConstraintError
 from stochopt.leir import parse, render, typecheck
 from stochopt.lower import lower
 from stochopt.machine import MNCORE2, SMALL
-from stochopt.search.reduce_tiling import tile_reduction, where_tile_reduction
-from stochopt.search.schedule import schedule
+from stochopt.transform.reduce_tiling import tile_reduction, where_tile_reduction
+from stochopt.transform.schedule import schedule
 from stochopt.verify import check
 from tests.strategies import (
     assert_transform_keeps_values_or_refuses,

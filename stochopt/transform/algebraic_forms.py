@@ -1,6 +1,6 @@
 """Algebraic forms of matmuls and reductions that the machine runs at different costs.
 
-Each rule is ``where_<name>(kernel) -> sites`` and ``<name>(kernel, site, machine)``,
+Each rule is ``where_<name>(kernel) -> sites`` and ``<name>(kernel, site, machine, rng)``,
 registered in rewrite.RULES with its algebra:
 
     swap_matmul_orientation  a @ b -> (b^T @ a^T)^T          (no big operand transposed)
@@ -27,7 +27,7 @@ from stochopt.errors import ConstraintError
 from stochopt.leir.ir import Kernel, Node
 from stochopt.leir.layout import Factor
 from stochopt.leir.rules import make_layout
-from stochopt.search.edit import append, rebuild, replace_uses, substitute
+from stochopt.transform.edit import append, rebuild, replace_uses, substitute
 
 
 def _swap_last(rank: int) -> tuple[int, ...]:
@@ -40,7 +40,7 @@ def where_swap_matmul_orientation(k: Kernel) -> list[int]:
     return [i for i, n in enumerate(k.nodes) if n.op == "matmul"]
 
 
-def swap_matmul_orientation(k: Kernel, i: int, machine) -> Kernel:
+def swap_matmul_orientation(k: Kernel, i: int, machine, rng=None) -> Kernel:
     n = k.nodes[i]
     a, b = n.args
     perm = _swap_last(len(n.type.shape))
@@ -61,7 +61,7 @@ def _perm(n: Node) -> tuple[int, ...]:
     return n.attr("perm") or tuple(reversed(range(len(n.type.shape))))
 
 
-def cancel_transposes(k: Kernel, i: int, machine) -> Kernel:
+def cancel_transposes(k: Kernel, i: int, machine, rng=None) -> Kernel:
     outer = k.nodes[i]
     inner = k.nodes[outer.args[0]]
     p, q = _perm(inner), _perm(outer)
@@ -91,7 +91,7 @@ def _k_groups(k: Kernel, i: int) -> int:
     return next((g for g in (8, 4, 2) if size % g == 0 and size > g), 1)
 
 
-def split_k_to_batch(k: Kernel, i: int, machine) -> Kernel:
+def split_k_to_batch(k: Kernel, i: int, machine, rng=None) -> Kernel:
     n = k.nodes[i]
     a, b = n.args
     (m, kk), nn = k.nodes[a].type.shape, k.nodes[b].type.shape[1]
@@ -117,7 +117,7 @@ def where_reduce_by_relayout(k: Kernel) -> list[int]:
     return out
 
 
-def reduce_by_relayout(k: Kernel, i: int, machine) -> Kernel:
+def reduce_by_relayout(k: Kernel, i: int, machine, rng=None) -> Kernel:
     n = k.nodes[i]
     x = k.nodes[n.args[0]].type
     lay = x.layout
@@ -165,7 +165,8 @@ def where_split_matmul_operand_hi_lo(k: Kernel) -> list[tuple[int, int]]:
     return sites
 
 
-def split_matmul_operand_hi_lo(k: Kernel, site: tuple[int, int], machine) -> Kernel:
+def split_matmul_operand_hi_lo(k: Kernel, site: tuple[int, int], machine,
+                               rng=None) -> Kernel:
     i, side = site
     n = k.nodes[i]
     x, other = n.args[side], _bf16_source(k, n.args[1 - side])

@@ -22,7 +22,7 @@ from stochopt.leir.ir import Kernel, Node, op_of
 from stochopt.leir.layout import Factor, Layout
 from stochopt.leir.rules import Const, make_layout
 from stochopt.leir.tiling_rules import WHOLE, NotTiled
-from stochopt.search.edit import rebuild
+from stochopt.transform.edit import rebuild
 
 TILE_COUNTS = (2, 4, 8)
 
@@ -37,7 +37,7 @@ def where_tile_output(k: Kernel) -> list[tuple[int, int]]:
             if size % t == 0]
 
 
-def tile_output(k: Kernel, site: tuple[int, int], machine) -> Kernel:
+def tile_output(k: Kernel, site: tuple[int, int], machine, rng=None) -> Kernel:
     axis, tiles = site
     tax = _tiled_axes(k, axis)
     for i, ax in tax.items():

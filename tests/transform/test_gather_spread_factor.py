@@ -7,8 +7,8 @@ from stochopt.backend.emulate import emulate, random_inputs
 from stochopt.errors import StochoptError
 from stochopt.lower import lower
 from stochopt.machine import MNCORE2
-from stochopt.search.layout_propagation import gather_spread_factor, where_gather_spread_factor
 from stochopt.spec import load_spec
+from stochopt.transform.layout_propagation import gather_spread_factor, where_gather_spread_factor
 
 
 def test_gathering_the_mask_runs_changes_the_scores_and_keys_alike_and_keeps_values():

@@ -11,7 +11,7 @@ from stochopt.backend.emulate import emulate, random_inputs
 from stochopt.errors import ConstraintError
 from stochopt.leir import parse
 from stochopt.machine import SMALL
-from stochopt.search.rewrite import RULES, apply_rule
+from stochopt.transform.rewrite import RULES
 from tests.strategies import assert_same_exact_values, kernels
 
 WHOLE_KERNEL_RULES = ("tile_reduction", "propagate_layout", "swap_matmul_orientation",
@@ -38,7 +38,7 @@ def _rule_keeps_exact_values_or_refuses(kernel, data) -> None:
     rule = data.draw(st.sampled_from(applicable))
     site = data.draw(st.sampled_from(rule.find(kernel)))
     try:
-        out = apply_rule(rule, kernel, site, SMALL, random.Random(0))
+        out = rule.apply(kernel, site, SMALL, random.Random(0))
     except ConstraintError:
         return
     if out is None:
@@ -55,7 +55,7 @@ def test_scaling_a_matmul_operand_leaves_the_matmuls_other_readers_unscaled():
     return store(t * 2.0 + t)
 ''', "small")
     rule = next(r for r in RULES if r.name == "scale_before_matmul")
-    out = apply_rule(rule, kernel, rule.find(kernel)[0], SMALL)
+    out = rule.apply(kernel, rule.find(kernel)[0], SMALL)
     inputs = random_inputs(kernel, seed=1)
     np.testing.assert_allclose(emulate(out, inputs, exact=True),
                                emulate(kernel, inputs, exact=True), rtol=1e-12)

@@ -34,8 +34,8 @@ def weighted_choice(rng: random.Random, items: Sequence[T], names: Sequence[str]
 
 
 def known_moves() -> set[str]:
-    from stochopt.search.mutate import MOVES
-    from stochopt.search.rewrite import RULES
+    from stochopt.transform.mutate import MOVES
+    from stochopt.transform.rewrite import RULES
     return set(MOVES) | {r.name for r in RULES}
 
 

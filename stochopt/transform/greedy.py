@@ -1,0 +1,96 @@
+"""The classical compiler as a peer: the rewrite rules applied to a fixpoint.
+
+At every step every rule of rewrite.RULES is tried at every site it finds (through the
+same interface the proposer uses), the rewrite that lowers the cycle count most (and
+still passes the screening inputs) is kept, and the rewrite ends at the fixpoint, where
+no rule helps. Rules that draw a parameter draw it from one generator seeded by
+``seed``, so a seed gives one result. The result must pass the full check like any
+search result; when it does not (a lossy rewrite slipped through screening), greedy
+gives back the start kernel with no steps. Benchmarks run it beside the stochastic
+search, and a chain's first proposal is the same descent (``descend``: screened by the
+chain, then fully checked like any candidate), so the search starts from where the
+classical compiler stops rather than racing it from the lowering.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from stochopt.backend.cost import cost
+from stochopt.errors import StochoptError
+from stochopt.leir.ir import Kernel
+from stochopt.spec import Spec
+from stochopt.transform.rewrite import rewrites
+from stochopt.verify.check import check
+from stochopt.verify.screening import ScreeningSet
+
+
+@dataclass
+class GreedyResult:
+    kernel: Kernel
+    cycles: int
+    steps: list[tuple[str, int]]   # (rule, cycles after it)
+    candidates: int
+    seconds: float
+    verified: bool
+
+
+def greedy_fixpoint(kernel: Kernel, spec: Spec, machine, baseline: Kernel | None = None,
+                    max_steps: int = 200, examples: int = 200, seed: int = 0) -> GreedyResult:
+    """Apply the best improving rewrite until none improves (the fixpoint), then check
+    the result in full."""
+    start = time.perf_counter()
+    baseline = baseline or kernel
+    screening = ScreeningSet(spec, baseline, machine, seed=seed)
+    current, cycles, steps, candidates = descend(kernel, machine, screening.error,
+                                                 random.Random(seed), max_steps)
+    verdict = check(current, spec, examples=examples, seed=seed, machine=machine,
+                    baseline=baseline)
+    if not verdict.equivalent:  # a lossy rewrite slipped through screening: start kernel
+        current, cycles, steps = kernel, cost(kernel, machine).cycles, []
+    return GreedyResult(current, cycles, steps, candidates, time.perf_counter() - start,
+                        verdict.equivalent or not steps)
+
+
+def descend(kernel: Kernel, machine, screening_error: Callable[[Kernel], float],
+            rng: random.Random, max_steps: int = 200, deadline: float | None = None
+            ) -> tuple[Kernel, int, list[tuple[str, int]], int]:
+    """The rewrite rules to a fixpoint, screened but not fully checked: at each step the
+    rewrite that lowers the cycles most and keeps every screening input exact. Returns
+    the kernel, its cycles, the steps taken (rule, cycles after it) and how many
+    rewrites were tried. ``rng`` is for the rules that draw a parameter (a divisor).
+    Past ``deadline`` (time.monotonic) it stops with the steps already taken."""
+    current, cycles = kernel, cost(kernel, machine).cycles
+    steps: list[tuple[str, int]] = []
+    candidates = 0
+    for _ in range(max_steps):
+        options = []
+        for rule, out in rewrites(current, machine, rng):
+            if deadline is not None and time.monotonic() > deadline:
+                return current, cycles, steps, candidates
+            candidates += 1
+            c = _cycles(out, machine)
+            if c is not None and c < cycles:
+                options.append((c, rule.name, out))
+        options.sort(key=lambda o: o[0])
+        better = next(((c, name, out) for c, name, out in options
+                       if screening_error(out) == 0), None)
+        if better is None:
+            break  # the fixpoint: no rule lowers the cycle count
+        cycles, name, current = better
+        steps.append((name, cycles))
+    return current, cycles, steps, candidates
+
+
+def _cycles(out: Kernel | None | StochoptError, machine) -> int | None:
+    """The cycles of what a rewrite made; None when it declined, refused or cannot be
+    costed."""
+    if out is None or isinstance(out, StochoptError):
+        return None
+    try:
+        return cost(out, machine).cycles
+    except StochoptError:
+        return None

@@ -1,0 +1,261 @@
+"""Rewrite rules that keep meaning: the classical compiler inside the search loop.
+
+Every rule is one entry of RULES (at the end), behind one interface (pattern.Rule): a
+name, its algebra, ``find(kernel)`` listing the sites where it applies and
+``apply(kernel, site, machine, rng)`` returning the rewritten kernel (or raising
+ConstraintError when the result would be ill-formed). Local rules are pattern entries
+(local_rules.py): their sites are matches that carry what the pattern bound. Rules that
+need the whole kernel (merging duplicates, spreading a layout, tiling, scheduling) are
+functions here and in their modules. docs/search.md lists them all; tests/transform prove
+each keeps meaning through the verifier.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
+
+from stochopt.errors import StochoptError
+from stochopt.leir.ir import Kernel, Node
+from stochopt.leir.layout import LEVELS, Factor, Layout
+from stochopt.leir.ops import layout_ops
+from stochopt.leir.rules import make_layout
+from stochopt.transform import algebraic_forms as forms
+from stochopt.transform.edit import common_subexpressions, rebuild
+from stochopt.transform.layout_propagation import (
+    gather_spread_factor,
+    propagate_layout,
+    where_gather_spread_factor,
+    where_propagate_layout,
+)
+from stochopt.transform.local_rules import ARITHMETIC, DTYPES, MOVEMENT
+from stochopt.transform.pattern import PatternMatcher, Rule
+from stochopt.transform.reduce_tiling import tile_reduction, where_tile_reduction
+from stochopt.transform.schedule import schedule
+from stochopt.transform.tiling import tile_output, where_tile_output
+from stochopt.transform.weights import weighted_choice
+
+MATCHER = PatternMatcher(MOVEMENT + DTYPES + ARITHMETIC)
+LOCAL = MATCHER.rules()
+
+
+# -- whole-kernel rules of few nodes (not local patterns: they look at the whole kernel)
+
+def _where_reuse_loaded_tensor(k: Kernel) -> list:
+    seen, out = {}, []
+    for i, n in enumerate(k.nodes):
+        key = (n.op, n.args, n.attrs)
+        if n.op != "input" and key in seen:
+            out.append(i)
+        seen.setdefault(key, i)
+    return out
+
+
+def reuse_loaded_tensor(k: Kernel, site: int, machine, rng=None) -> Kernel:
+    """Merge every duplicate, not only the one at ``site``: merging one makes its readers
+    duplicates too, and they are merged in the same pass."""
+    nodes, out = common_subexpressions(list(k.nodes), k.output)
+    return rebuild(k, nodes, out, machine)
+
+
+def _where_relayout_instead_of_reload(k: Kernel) -> list:
+    first: dict[int, int] = {}
+    out = []
+    for i, n in enumerate(k.nodes):
+        if n.op == "load":
+            if n.args[0] in first:
+                out.append((first[n.args[0]], i))
+            else:
+                first[n.args[0]] = i
+    return out
+
+
+def relayout_instead_of_reload(k: Kernel, site: tuple[int, int], machine, rng=None) -> Kernel:
+    a, b = site
+    nodes = list(k.nodes)
+    nodes[b] = replace(nodes[b], op="relayout", args=(a,))
+    return rebuild(k, nodes, k.output, machine)
+
+
+def _where_store_parts(k: Kernel) -> list:
+    out = k.nodes[k.output]
+    if out.op == "store" and k.nodes[out.args[0]].op == "concat":
+        return [k.output]
+    return []
+
+
+def store_parts(k: Kernel, i: int, machine, rng=None) -> Kernel:
+    nodes = list(k.nodes)
+    joined = nodes[nodes[i].args[0]]
+    stores = []
+    for part in joined.args:
+        nodes.append(Node("store", (part,), (), nodes[part].type))
+        stores.append(len(nodes) - 1)
+    nodes.append(replace(joined, args=tuple(stores), name=nodes[i].name))
+    return rebuild(k, nodes, len(nodes) - 1, machine)
+
+# -- layouts ---------------------------------------------------------------------
+
+def _spread_sites(k: Kernel) -> list:
+    sites = []
+    for i, n in enumerate(k.nodes):
+        if n.op not in layout_ops():
+            continue
+        lay: Layout = n.attr("layout")
+        used = set(lay.spread()) | set(lay.replicated)
+        for axis, factors in enumerate(lay.axes):
+            for j, f in enumerate(factors):
+                if f.level is None and f.size > 1:
+                    for level in LEVELS:
+                        if level not in used:
+                            sites.append((i, axis - len(lay.shape), j, level))
+    return sites
+
+
+def _spread_layout(lay: Layout, ref_axis: tuple, neg_axis: int, j: int, level: str,
+                   d: int) -> Layout | None:
+    """Apply 'split local factor j of this axis by d over level' if lay shares the axis."""
+    rank = len(lay.shape)
+    axis = neg_axis + rank
+    if axis < 0:
+        return make_layout(lay.shape, lay.axes, lay.replicated | {level}) \
+            if level not in lay.spread() else None
+    if lay.shape[axis] == 1:
+        return make_layout(lay.shape, lay.axes, lay.replicated | {level}) \
+            if level not in lay.spread() else None
+    if lay.axes[axis] != ref_axis or level in lay.spread() or level in lay.replicated:
+        return None
+    axes = [list(a) for a in lay.axes]
+    size = axes[axis][j].size
+    axes[axis][j:j + 1] = [Factor(d, level), Factor(size // d)]
+    return make_layout(lay.shape, axes, lay.replicated)
+
+
+def _where_spread_over_more_of_the_tree(k: Kernel) -> list:
+    return _spread_sites(k)
+
+
+def spread_over_more_of_the_tree(k: Kernel, site, machine, rng=None) -> Kernel | None:
+    i, neg_axis, j, level = site
+    lay: Layout = k.nodes[i].attr("layout")
+    size = lay.axes[neg_axis + len(lay.shape)][j].size
+    divisors = [d for d in range(2, min(size, machine.fanout[level]) + 1) if size % d == 0]
+    if not divisors:
+        return None
+    d = rng.choice(divisors) if rng is not None else divisors[-1]  # None: the widest
+    ref_axis = lay.axes[neg_axis + len(lay.shape)]
+    nodes = list(k.nodes)
+    for t, n in enumerate(nodes):
+        if n.op in layout_ops():
+            new = _spread_layout(n.attr("layout"), ref_axis, neg_axis, j, level, d)
+            if new is not None:
+                attrs = dict(n.attrs)
+                attrs["layout"] = new
+                nodes[t] = replace(n, attrs=tuple(attrs.items()))
+    return rebuild(k, nodes, k.output, machine)
+
+
+# -- whole-kernel rules -------------------------------------------------------------
+
+def tile_reduction_scheduled(k: Kernel, site, machine, rng=None) -> Kernel:
+    """Tiles are worth something only once loads run ahead of compute: schedule them."""
+    return schedule(tile_reduction(k, site, machine), machine)
+
+
+def _where_list_schedule(k: Kernel) -> list:
+    return [k.output]
+
+
+def list_schedule(k: Kernel, site, machine, rng=None) -> Kernel | None:
+    """None when no candidate order is faster (the proposer then draws again)."""
+    out = schedule(k, machine)
+    return None if out is k else out
+
+
+# The rules, in the order docs/search.md lists them (and the proposer draws from), with
+# the weight the proposer gives each (STOKE's weighted transforms): data, not code.
+# Local rules are pattern entries (local_rules.py); the rest are functions.
+RULES: list[Rule] = [
+    LOCAL["fold_relayout_into_load"],
+    LOCAL["drop_noop_relayout"],
+    LOCAL["hoist_movement"],
+    Rule("reuse_loaded_tensor", "two identical ops (a tensor loaded twice) -> one",
+         _where_reuse_loaded_tensor, reuse_loaded_tensor),
+    Rule("relayout_instead_of_reload", "load(x, B) after load(x, A) -> relayout(load(x, A), B): "
+      "DRAM is read once, the second copy moves on chip",
+         _where_relayout_instead_of_reload, relayout_instead_of_reload),
+    Rule("store_parts", "store(concat([a, b, ...], axis)) -> concat([store(a), store(b), "
+      "...], axis): each part is stored in its region of the output; no local copy, and "
+      "the parts may then be spread along the axis",
+         _where_store_parts, store_parts),
+    LOCAL["drop_widening_cast_pair"],
+    LOCAL["bf16_matmul_operands"],
+    LOCAL["round_matmul_operands_to_bf16"],
+    LOCAL["multiply_by_reciprocal"],
+    LOCAL["divide_by_constant_as_multiply"],
+    LOCAL["fold_scales"],
+    LOCAL["scale_before_matmul"],
+    LOCAL["reassociate_broadcasts"],
+    Rule("spread_over_more_of_the_tree", "split a local factor n of an axis into d_LEVEL x n/d "
+      "in every layout that lays the axis out alike (replicate where it is broadcast)",
+         _where_spread_over_more_of_the_tree, spread_over_more_of_the_tree),
+    Rule("gather_spread_factor", "split a spread factor d_LEVEL of an axis into (d/g)_LEVEL x g "
+      "local in every layout that lays the axis out alike: longer DRAM runs, shorter trees",
+         where_gather_spread_factor, gather_spread_factor),
+    Rule("tile_output", "store(f(x)) -> concat([store(f(x[tile t])) for t in tiles]): cut the "
+      "output along an axis into 2, 4 or 8 blocks, each loaded, computed and stored on its "
+      "own, the next block's loads issued ahead; shared values computed once",
+         where_tile_output, tile_output),
+    Rule("tile_reduction", "reduce(f(x), a) -> combine(reduce(f(x[tile t]), a) for t in "
+      "tiles), a @ b -> sum(a[:, tile t] @ b[tile t]): cut a reduced axis into 2, 4 or 8 "
+      "tiles through the whole kernel (flash-decoding), partial sums, maxima and matmuls "
+      "combined once; then list-scheduled",
+         where_tile_reduction, tile_reduction_scheduled),
+    Rule("propagate_layout", "relayout(x, B) in a layout group -> x, the group's loads, "
+      "fulls and relayouts re-derived from layout_of(x) (or from one load's layout)",
+         where_propagate_layout, propagate_layout),
+    Rule("swap_matmul_orientation", "a @ b -> (b^T @ a^T)^T",
+         forms.where_swap_matmul_orientation, forms.swap_matmul_orientation),
+    Rule("cancel_transposes", "transpose(transpose(x, p), q) -> transpose(x, p.q), or x",
+         forms.where_cancel_transposes, forms.cancel_transposes),
+    Rule("split_k_to_batch", "a @ b -> reduce_sum(a' @ b', axis=0) with K cut into g "
+      "batches: a' = (g, M, K/g), b' = (g, K/g, N)",
+         forms.where_split_k_to_batch, forms.split_k_to_batch),
+    Rule("reduce_by_relayout", "reduce_sum(x, a) over a spread axis -> relayout(reduce_sum("
+      "relayout(x, a local), a), layout_of(result)): a relayout and a local sum",
+         forms.where_reduce_by_relayout, forms.reduce_by_relayout),
+    Rule("split_matmul_operand_hi_lo", "a32 @ cast(b16, f32) -> bf16(a32) @ b16 + "
+      "bf16(a32 - bf16(a32)) @ b16: lossy, the precision check decides",
+         forms.where_split_matmul_operand_hi_lo, forms.split_matmul_operand_hi_lo),
+    Rule("list_schedule", "reorder ops (depth first, loads d ahead) when the cost model "
+      "finds the order faster",
+         _where_list_schedule, list_schedule, weight=0.5),
+]
+
+
+def rewrites(kernel: Kernel, machine, rng: random.Random | None = None
+             ) -> Iterator[tuple[Rule, Kernel | None | StochoptError]]:
+    """Every rule at every site, in RULES order: (rule, the kernel it makes there, or
+    None when it declines, or the StochoptError that refused it)."""
+    for r in RULES:
+        for site in r.find(kernel):
+            try:
+                yield r, r.apply(kernel, site, machine, rng)
+            except StochoptError as e:
+                yield r, e
+
+
+def propose_rewrite(kernel: Kernel, rng: random.Random, machine,
+                    weights: Mapping[str, float] | None = None) -> tuple[str, Kernel | None]:
+    """Apply a random rule (drawn by weight among those that apply) at a random place."""
+    applicable = [(r, s) for r in RULES for s in [r.find(kernel)] if s]
+    if not applicable:
+        return "none", None
+    r, sites = weighted_choice(rng, applicable, [r.name for r, _ in applicable],
+                               [r.weight for r, _ in applicable], weights)
+    try:
+        return r.name, r.apply(kernel, rng.choice(sites), machine, rng)
+    except StochoptError as e:
+        e.move = r.name
+        raise
