@@ -1,6 +1,6 @@
 """How each op tiles: which axis of each operand runs along a given axis of its result.
 
-Cutting a kernel's output into blocks along one axis (search/tiling.py) walks back from
+Cutting a kernel's output into blocks along one axis (transform/tiling.py) walks back from
 the output asking every op, for the axis of its result being cut, which axis of each
 tensor operand is cut with it, or that the operand does not vary along it (WHOLE: it is
 computed once and shared by every block). This is JAX's batching rule turned around;

@@ -37,8 +37,8 @@ from stochopt.leir.ops import (
 from stochopt.leir.parser import _SYMBOLS, is_reserved
 from stochopt.leir.tiling_rules import NotTiled
 from stochopt.machine import SMALL
-from stochopt.search.tiling import tile_output
 from stochopt.spec import spec, tensor
+from stochopt.transform.tiling import tile_output
 from stochopt.verify import ScreeningSet, check
 
 # ---------------------------------------------------------------------------------
