@@ -27,7 +27,8 @@ THROUGH = {
     "stochopt.report.llm_facts": "report/test_forms.py::"
                                  "test_a_run_without_an_llm_says_none_not_zero_dollars",
     "stochopt.report.words": "report/test_forms.py::test_counts_of_one_are_singular",
-    "stochopt.transform.algebraic_forms": "search/test_moves_and_rules.py::test_rule_keeps_meaning",
+    "stochopt.transform.algebraic_forms": "transform/test_moves_and_rules.py::"
+                                          "test_rule_keeps_meaning",
     # imported there through optimize -> supervisor; only the slow tier's real searches
     # start its worker processes
     "stochopt.search.executor": "search/test_optimize.py::test_bad_arguments_are_clear_errors",
