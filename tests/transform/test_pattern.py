@@ -4,10 +4,10 @@ its new nodes; and the rules table built on it."""
 import inspect
 
 import pytest
-from stochopt.backend.machine import MNCORE2
 
 from stochopt.leir import parse, render
 from stochopt.leir.rules import Const
+from stochopt.machine import MNCORE2
 from stochopt.transform.local_rules import ARITHMETIC, DTYPES, MOVEMENT
 from stochopt.transform.pattern import (
     Bound,
