@@ -86,8 +86,7 @@ def connect(address: str):
 def import_paths() -> list[str]:
     """Where this process imports stochopt from (a checkout, a venv), and its PYTHONPATH:
     a chain actor puts them first on its sys.path, so the workers run this stochopt."""
-    import stochopt
-    root = str(Path(stochopt.__file__).resolve().parent.parent)
+    root = str(Path(__file__).resolve().parents[2])
     return [root, *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
                     if p and p != root)]
 
