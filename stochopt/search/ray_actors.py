@@ -234,7 +234,7 @@ class ChainActor:
 def _imports_from(root: Path) -> None:
     """Fail, naming both, when stochopt comes from elsewhere than the driver's ``root``
     on a node that has that folder (a node without it uses its own installation)."""
-    from stochopt import version  # the lowest module: where the package is, nothing more
-    found = Path(version.__file__).resolve().parent.parent
+    from importlib.util import find_spec
+    found = Path(find_spec("stochopt").origin).resolve().parent.parent
     if root.is_dir() and found != root.resolve():
         raise ImportError(f"this node imports stochopt from {found}, the driver from {root}")
