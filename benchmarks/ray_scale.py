@@ -43,7 +43,7 @@ SAMPLE_S = 2.0       # a sample of the process tree's CPU costs a few ms of it
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def ray_run(nodes: int, budget: str, seed: int, run_dir: Path) -> dict:
+def ray_run(nodes: int, budget: str, seed: int, run_dir: Path, proposer: str) -> dict:
     import ray
     from ray.cluster_utils import Cluster
 
@@ -59,7 +59,7 @@ def ray_run(nodes: int, budget: str, seed: int, run_dir: Path) -> dict:
         settle_s = _settle()
         watch = CpuWatch()
         result = optimize(SOFTMAX, budget=budget, seed=seed, run_dir=str(run_dir),
-                          ray=cluster.address)
+                          ray=cluster.address, proposer=proposer)
         cpu_s = watch.stop()
     finally:
         ray.shutdown()
@@ -68,9 +68,10 @@ def ray_run(nodes: int, budget: str, seed: int, run_dir: Path) -> dict:
             "cpu_s": cpu_s}
 
 
-def local_run(chains: int, budget: str, seed: int, run_dir: Path) -> dict:
+def local_run(chains: int, budget: str, seed: int, run_dir: Path, proposer: str) -> dict:
     from stochopt.search import optimize
-    result = optimize(SOFTMAX, budget=budget, seed=seed, chains=chains, run_dir=str(run_dir))
+    result = optimize(SOFTMAX, budget=budget, seed=seed, chains=chains, run_dir=str(run_dir),
+                      proposer=proposer)
     return _row(f"local, {chains} chain(s)", result, run_dir)
 
 
@@ -190,6 +191,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--local", action="store_true", help="also the local pool")
     parser.add_argument("--nodes", default="1,2", help="node counts to run, e.g. 2")
+    parser.add_argument("--proposer", default="mixed",
+                        help="mixed (the default of optimize) or mutate: blind moves, whose "
+                        "candidates cost about the same on every chain")
     args = parser.parse_args()
     counts = [int(n) for n in args.nodes.split(",")]
     pairs: list[dict[str, dict]] = []
@@ -200,7 +204,7 @@ def main() -> None:
                 runs = [("ray", ray_run)] + ([("local", local_run)] if args.local else [])
                 for executor, run in runs:
                     row = run(nodes, args.budget, args.seed,
-                              Path(scratch) / f"{executor}{nodes}-{k}")
+                              Path(scratch) / f"{executor}{nodes}-{k}", args.proposer)
                     pair[f"{executor}{nodes}"] = row
                     print(json.dumps(row), flush=True)
             pairs.append(pair)
