@@ -91,12 +91,14 @@ class ChainProposer:
         # the chain's first proposal, made once: kernel -> Candidate, or None to go on
         # with a drawn arm (the rules to a fixpoint, see ChainRun)
         self.opening: Callable[[Kernel], Candidate | None] | None = None
+        self.opened: Candidate | None = None  # what the opening proposed
 
     def propose(self, kernel: Kernel, rng: random.Random) -> Candidate:
         if self.opening is not None:
             opening, self.opening = self.opening, None
             cand = opening(kernel)
             if cand is not None:
+                self.opened = cand
                 return cand
         arm = self.bandit.choose(rng) if len(self.arms) > 1 else self.arms[0]
         if arm == "llm":
@@ -125,5 +127,7 @@ class ChainProposer:
         """The chain's verdict: into the LLM's next prompt and the bandit's scores."""
         if cand.proposer == "llm" and self.llm is not None:
             self.llm.record(event, cand)  # outcomes and counterexamples feed the next prompt
+        if cand is self.opened:  # not the bandit's draw: its gain would skew the shares
+            return
         units = 1.0 if cand.proposer != "llm" else max(1.0, 200 * cand.latency_s)
         self.bandit.update(cand.proposer, improvement, units)

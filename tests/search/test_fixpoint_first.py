@@ -81,3 +81,12 @@ def test_a_restored_chain_does_not_descend_again(softmax):
     again = make_chain(softmax, ["mutate", "rewrite"], seed=1)
     again.restore(chain.state())
     assert first_proposal(again).move != "fixpoint"
+
+
+def test_the_opening_earns_the_bandit_nothing(softmax):
+    chain = make_chain(softmax, ["mutate", "rewrite"], seed=2)
+    chain.checks.best_cycles = 1
+    event, _, _ = chain.step()
+    assert event["move"] == "fixpoint"
+    assert all(arm.proposals == 0 and arm.improvement == 0
+               for arm in chain.proposer.bandit.arms.values())
