@@ -28,9 +28,13 @@ def reply(*contents: str, prompt_tokens: int = 1000, completion_tokens: int = 20
             "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens}
 
 
-def error(status: int, retry_after: float | None = None, message: str = "scripted error") -> dict:
-    """An HTTP error in OpenAI's error format, optionally with Retry-After (seconds)."""
+def error(status: int, retry_after: float | None = None, message: str = "scripted error",
+          retry_after_ms: int | None = None) -> dict:
+    """An HTTP error in OpenAI's error format, optionally with Retry-After (seconds) or
+    OpenAI's retry-after-ms."""
     headers = {} if retry_after is None else {"Retry-After": str(retry_after)}
+    if retry_after_ms is not None:
+        headers["retry-after-ms"] = str(retry_after_ms)
     body = json.dumps({"error": {"message": message, "type": "server_error", "code": None}})
     return {"kind": "raw", "status": status, "body": body.encode(), "headers": headers}
 
@@ -68,8 +72,9 @@ class LLMServer:
         self.requests: list[dict] = []
         self.lock = threading.Lock()
         self.httpd = _QuietServer(("127.0.0.1", 0), _handler(self))
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True,
-                                       name="llm-test-server")
+        # A short poll: shutdown() waits up to one poll, and every test stops a server.
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.02,),
+                                       daemon=True, name="llm-test-server")
 
     @property
     def url(self) -> str:
