@@ -39,6 +39,10 @@ class ChainConfig:
     # the first proposal of a chain that rewrites: the rules applied greedily to a
     # fixpoint (stochopt/transform/greedy.py), so no run ends slower than greedy would
     fixpoint_first: bool = True
+    # the seed of that descent's draws (the spread rule's divisors); None: the run's
+    # seed, so that every chain starts from the kernel greedy finds with it and they
+    # differ only after (a chain made alone has only its own seed)
+    opening_seed: int | None = None
     # relative weight of each move and rule when its proposer draws one (STOKE's weighted
     # transforms); a name left out weighs 1 (stochopt/transform/weights.py)
     move_weights: dict[str, float] = field(default_factory=dict)

@@ -65,10 +65,12 @@ class ChainRun:
         """The first proposal: the rewrite rules to a fixpoint (greedy's descent), one
         candidate screened, costed and checked like any other, so the run starts where the
         classical compiler stops. The spread rule's divisors come from a generator seeded
-        as greedy's is: chain 0 of a run with seed s descends exactly as greedy with seed
-        s. It stops at the chain's deadline with the steps taken; None if no rule helps."""
+        as greedy's is (``ChainConfig.opening_seed``): in a run with seed s every chain
+        descends as greedy with seed s does. It stops at the chain's deadline with the
+        steps taken; None if no rule helps."""
+        seed = self.seed if self.config.opening_seed is None else self.config.opening_seed
         proposed, _, steps, _ = descend(kernel, self.machine, self.objective.error,
-                                        random.Random(self.seed),
+                                        random.Random(seed),
                                         deadline=self.checks.deadline)
         return Candidate("rewrite", "fixpoint", proposed) if steps else None
 

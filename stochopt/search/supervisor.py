@@ -59,8 +59,12 @@ def supervise(rd: Path, run: dict, state: dict, start_text: str, baseline_text: 
     quota = _quotas(run["max_proposals"], run["chains"])
     previous = {c["index"]: c for c in state.get("chains", [])}
     workers = run.get("check_workers", 0)
+    # every chain opens with greedy's descent for the run's seed (docs/search.md)
+    config = dict(run["config"])
+    if config.get("opening_seed") is None:
+        config["opening_seed"] = run["seed"]
     jobs = [Job(i, str(rd), str(rd / SPEC_PY), run.get("name"), machine, baseline_text,
-                start_text, run["seed"] * 1000 + i, run["arms"], run["config"], t0, deadline,
+                start_text, run["seed"] * 1000 + i, run["arms"], config, t0, deadline,
                 quota[i], previous.get(i), llm, checks_in_pool=workers > 0)
             for i in range(run["chains"])]
     executor = make_executor(run.get("ray"))

@@ -46,6 +46,29 @@ def test_first_proposal_is_greedys_fixpoint(softmax):
     assert cost(candidate.kernel).cycles == greedy.cycles < cost(baseline).cycles
 
 
+def test_every_chain_of_a_run_opens_where_greedy_with_the_runs_seed_stops(softmax):
+    spec, baseline = softmax
+    greedy = greedy_fixpoint(baseline, spec, MNCORE2, examples=20, seed=0)
+    # chain 1 of a seed-0 run: its own seed draws other spread divisors (on softmax it
+    # stops 1,000 cycles above greedy); the run's seed makes it start where chain 0 does
+    own = cost(first_proposal(make_chain(softmax, ["mutate", "rewrite"], seed=1)).kernel)
+    run = make_chain(softmax, ["mutate", "rewrite"], seed=1, opening_seed=0)
+    assert cost(first_proposal(run).kernel).cycles == greedy.cycles < own.cycles
+
+
+@pytest.mark.slow  # a real run of two chains
+def test_both_chains_of_a_run_open_with_the_same_kernel(tmp_path):
+    from stochopt.rundir import read_events
+    from stochopt.search import optimize
+    optimize(str(ROOT / "specs" / "softmax.py"), budget="60s", chains=2, seed=0,
+             proposer="rewrite", max_proposals=2, run_dir=str(tmp_path / "run"),
+             config=ChainConfig(full_examples=10))
+    events = [e for e in read_events(tmp_path / "run" / "events.jsonl")
+              if e.get("move") == "fixpoint"]
+    assert sorted(e["chain"] for e in events) == [0, 1]
+    assert events[0]["cycles"] == events[1]["cycles"]
+
+
 def test_the_fixpoint_goes_through_the_chain_like_any_candidate(softmax):
     chain = make_chain(softmax, ["mutate", "rewrite"], seed=3)
     chain.checks.best_cycles = 1  # no full check: only the Metropolis-Hastings decision
