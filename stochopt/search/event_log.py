@@ -32,6 +32,7 @@ its checkpoint has the totals).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -66,6 +67,7 @@ class BoundedEventLog:
         self.notable = self.sampled = self.rest = 0
         self.aggregate = _Aggregate()
         self.error_kinds: set[tuple] = set()
+        self.error_texts: dict[str, str] = {}  # an error's text -> without its numbers
         self.current: dict[object, int] = {}   # chain -> cycles of its kernel now
         self.carry: dict[object, dict] = {}    # chain -> its path since its last line
 
@@ -116,8 +118,12 @@ class BoundedEventLog:
         error = event.get("error")
         if not isinstance(error, str):
             return False
-        kind = (event.get("proposer"), event.get("move"), event["outcome"],
-                re.sub(r"\d+", "#", error)[:80])
+        text = self.error_texts.get(error)
+        if text is None:  # the same texts come again and again: each is read once
+            if len(self.error_texts) >= ERROR_KINDS:
+                self.error_texts.clear()
+            text = self.error_texts[error] = re.sub(r"\d+", "#", error)[:80]
+        kind = (event.get("proposer"), event.get("move"), event["outcome"], text)
         if kind in self.error_kinds or len(self.error_kinds) >= ERROR_KINDS:
             return False
         self.error_kinds.add(kind)
@@ -190,39 +196,52 @@ class BoundedEventLog:
 
 
 class _Aggregate:
-    """The candidates of one interval that have no line of their own."""
+    """The candidates of one interval that have no line of their own. Counted under one
+    key per (chain, proposer, outcome, cycles bucket), split into the line's tables when
+    the interval closes: one dictionary update per candidate, for the driver reads
+    thousands a second."""
 
     def __init__(self) -> None:
-        self.candidates = self.taken = self.tokens = 0
+        self.candidates = self.tokens = 0
         self.cost_usd = 0.0
         self.t0 = math.inf
         self.t1 = 0.0
-        self.chains: dict[str, int] = {}
-        self.outcomes: dict[str, dict[str, int]] = {}
-        self.cycles: dict[str, int] = {}
+        self.counts: dict[tuple, int] = {}
 
     def add(self, event: dict) -> None:
-        t = float(event.get("t") or 0.0)
-        self.t0, self.t1 = min(self.t0, t), max(self.t1, t)
+        t = event.get("t") or 0.0
+        if t < self.t0:
+            self.t0 = float(t)
+        if t > self.t1:
+            self.t1 = float(t)
         self.candidates += 1
-        self.taken += event["outcome"] in TAKEN
-        self.tokens += int(event.get("tokens") or 0)
-        self.cost_usd += float(event.get("cost_usd") or 0.0)
-        chain = str(event.get("chain"))
-        self.chains[chain] = self.chains.get(chain, 0) + 1
-        row = self.outcomes.setdefault(str(event.get("proposer", "?")), {})
-        row[event["outcome"]] = row.get(event["outcome"], 0) + 1
-        if event.get("cycles") is not None:
-            bucket = str(cycles_bucket(int(event["cycles"])))
-            self.cycles[bucket] = self.cycles.get(bucket, 0) + 1
+        if event.get("tokens"):
+            self.tokens += int(event["tokens"])
+        if event.get("cost_usd"):
+            self.cost_usd += float(event["cost_usd"])
+        cycles = event.get("cycles")
+        key = (event.get("chain"), event.get("proposer", "?"), event["outcome"],
+               None if cycles is None else cycles_bucket(int(cycles)))
+        self.counts[key] = self.counts.get(key, 0) + 1
 
     def line(self) -> dict:
+        chains: dict[str, int] = {}
+        outcomes: dict[str, dict[str, int]] = {}
+        cycles: dict[str, int] = {}
+        for (chain, proposer, outcome, bucket), n in self.counts.items():
+            chains[str(chain)] = chains.get(str(chain), 0) + n
+            row = outcomes.setdefault(str(proposer), {})
+            row[outcome] = row.get(outcome, 0) + n
+            if bucket is not None:
+                cycles[str(bucket)] = cycles.get(str(bucket), 0) + n
+        taken = sum(n for (_, _, outcome, _), n in self.counts.items() if outcome in TAKEN)
         return {"kind": AGGREGATE, "t0": round(self.t0, 4), "t1": round(self.t1, 4),
-                "candidates": self.candidates, "taken": self.taken, "tokens": self.tokens,
-                "cost_usd": round(self.cost_usd, 6), "chains": self.chains,
-                "outcomes": self.outcomes, "cycles": self.cycles}
+                "candidates": self.candidates, "taken": taken, "tokens": self.tokens,
+                "cost_usd": round(self.cost_usd, 6), "chains": chains,
+                "outcomes": outcomes, "cycles": cycles}
 
 
+@functools.lru_cache(maxsize=65536)
 def cycles_bucket(cycles: int) -> int:
     """The histogram's bucket of a cycle count: its lower bound, a power of 2**(1/4)."""
     if cycles <= 1:

@@ -26,7 +26,8 @@ class RunStats:
         self.llm_stopped: str | None = None  # why the LLM proposer gave up, if it did
         self.llm_answered = 0  # LLM candidates read from replies
         self.llm_failed = 0    # LLM requests that failed (each is one event)
-        self.recent: deque[float] = deque()  # when each event of the last 5 s came
+        # events of the last 5 s, counted per quarter second: [its start, count]
+        self.recent: deque[list] = deque()
         self.bests: list[dict] = list(state.get("bests", []))  # the last verified bests
         self.notes: list[str] = []
         self.checking = 0      # candidates waiting for or under their full check
@@ -56,7 +57,11 @@ class RunStats:
             self.llm_stopped = e.get("llm_stopped") or self.llm_stopped
         counts = self.by_proposer.setdefault(e["proposer"], {})
         counts[e["outcome"]] = counts.get(e["outcome"], 0) + 1
-        self.recent.append(time.time())
+        now = time.time()
+        if self.recent and now - self.recent[-1][0] < 0.25:
+            self.recent[-1][1] += 1
+        else:
+            self.recent.append([now, 1])
 
     def snapshot(self) -> dict:
         now = time.time()
@@ -65,7 +70,7 @@ class RunStats:
         base = self.run["baseline_cycles"]
         return {"spec": self.run["spec"], "elapsed_s": self.elapsed(),
                 "budget_s": self.run["budget_s"], "proposals": self.proposals,
-                "rate": len(self.recent) / 5.0, "accepted": self.accepted,
+                "rate": sum(n for _, n in self.recent) / 5.0, "accepted": self.accepted,
                 "best_cycles": self.best_cycles, "baseline_cycles": base,
                 "speedup": base / self.best_cycles,
                 "roofline_share": self.run["roofline_cycles"] / self.best_cycles,
