@@ -13,6 +13,14 @@ for seconds; on a machine whose cores are the nodes', that would come out of the
 chains of the run with more nodes). Pairs alternate which node count runs first, so a
 drifting load favours neither.
 
+``--pin``: each node as a one-CPU machine of its own. On one machine the nodes of a
+loopback cluster share its cores with the driver, the check worker and Ray's own
+processes: a one-node run's chain has one core to itself and the driver and checks
+get the other core for nothing, while two nodes' chains share both cores with them, so
+the ratio measures that more than the executor. With --pin the head node, and with it
+the driver, its check worker and the coordinator, runs on core 0 and the second node on
+core 1, as two one-CPU machines would; the process pool with N chains gets N cores.
+
 Per run: ``rate``, candidates over the elapsed budget (setup, the chains' start and the
 final checks included: the issue's figure, as the summary prints it); ``search_rate``,
 candidates over the time from the first candidate to the last; and, on Ray, the CPU
@@ -43,17 +51,24 @@ SAMPLE_S = 2.0       # a sample of the process tree's CPU costs a few ms of it
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def ray_run(nodes: int, budget: str, seed: int, run_dir: Path, proposer: str) -> dict:
+def ray_run(nodes: int, budget: str, seed: int, run_dir: Path, proposer: str,
+            pin: bool) -> dict:
     import ray
     from ray.cluster_utils import Cluster
 
     from stochopt.search import optimize
     from stochopt.search.ray_executor import connect
 
+    everything = os.sched_getaffinity(0)
+    if pin:  # the head node (started from here) and this driver on core 0
+        os.sched_setaffinity(0, {0})
     cluster = Cluster(initialize_head=True, head_node_args={**NODE, "include_dashboard": False})
     try:
-        for _ in range(nodes - 1):
+        for k in range(1, nodes):
+            before = set(_tree_cpu())
             cluster.add_node(**NODE)
+            if pin:  # the node's raylet and agents; the workers it starts inherit it
+                _pin(set(_tree_cpu()) - before, k)
         cluster.wait_for_nodes()
         connect(cluster.address)
         settle_s = _settle()
@@ -64,15 +79,31 @@ def ray_run(nodes: int, budget: str, seed: int, run_dir: Path, proposer: str) ->
     finally:
         ray.shutdown()
         cluster.shutdown()
+        os.sched_setaffinity(0, everything)
     return {**_row(f"ray, {nodes} node(s)", result, run_dir), "settle_s": settle_s,
-            "cpu_s": cpu_s}
+            "cpu_s": cpu_s, "pinned": pin}
 
 
-def local_run(chains: int, budget: str, seed: int, run_dir: Path, proposer: str) -> dict:
+def local_run(chains: int, budget: str, seed: int, run_dir: Path, proposer: str,
+              pin: bool) -> dict:
     from stochopt.search import optimize
-    result = optimize(SOFTMAX, budget=budget, seed=seed, chains=chains, run_dir=str(run_dir),
-                      proposer=proposer)
-    return _row(f"local, {chains} chain(s)", result, run_dir)
+    everything = os.sched_getaffinity(0)
+    if pin:  # N chains on N cores, with the driver and the check worker
+        os.sched_setaffinity(0, set(range(chains)))
+    try:
+        result = optimize(SOFTMAX, budget=budget, seed=seed, chains=chains,
+                          run_dir=str(run_dir), proposer=proposer)
+    finally:
+        os.sched_setaffinity(0, everything)
+    return {**_row(f"local, {chains} chain(s)", result, run_dir), "pinned": pin}
+
+
+def _pin(pids: set[int], core: int) -> None:
+    for pid in pids:
+        try:
+            os.sched_setaffinity(pid, {core})
+        except OSError:
+            pass  # it ended
 
 
 def _row(what: str, result, run_dir: Path) -> dict:
@@ -191,6 +222,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--local", action="store_true", help="also the local pool")
     parser.add_argument("--nodes", default="1,2", help="node counts to run, e.g. 2")
+    parser.add_argument("--pin", action="store_true",
+                        help="each node on a core of its own, as separate one-CPU machines "
+                        "(the head's core also runs the driver and the check worker)")
     parser.add_argument("--proposer", default="mixed",
                         help="mixed (the default of optimize) or mutate: blind moves, whose "
                         "candidates cost about the same on every chain")
@@ -204,7 +238,8 @@ def main() -> None:
                 runs = [("ray", ray_run)] + ([("local", local_run)] if args.local else [])
                 for executor, run in runs:
                     row = run(nodes, args.budget, args.seed,
-                              Path(scratch) / f"{executor}{nodes}-{k}", args.proposer)
+                              Path(scratch) / f"{executor}{nodes}-{k}", args.proposer,
+                              args.pin)
                     pair[f"{executor}{nodes}"] = row
                     print(json.dumps(row), flush=True)
             pairs.append(pair)
