@@ -20,10 +20,12 @@ import pytest
 
 from stochopt.errors import StochoptError
 from stochopt.leir import OPS, parse, render
+from tests.tiers import QUICK_AND_FULL
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "docs" / "examples"
 SECONDS_PER_TEXT = 10.0  # a real kernel parses in milliseconds; this guards hangs on a busy machine
 MUTANTS = 1800
+QUICK_MUTANTS = 600  # the fast tier's share of them (about 30 parse, 570 are refused)
 
 # Valid kernels for the mncore2 preset, between them using every op; mutants start here.
 SEEDS = [
@@ -95,8 +97,20 @@ def _body(*lines: str) -> str:
     return HEAD + LOAD + "".join(f"    {line}\n" for line in lines) + TAIL
 
 
-def hostile_texts(marker: str) -> list[str]:
-    """Hand-written attacks, each aimed at one way out of the language."""
+# Loops that unroll to the parser's caps: each builds up to 10,000 ops or runs 100,000
+# statements before it is refused (up to a second). The fast tier leaves them to the full
+# run; tests/leir/test_parser.py checks each cap quickly on its own.
+LOOP_BOMBS = [
+    ("for i in range(4096):", "    for j in range(4096):",
+     "        for k in range(4096):", "            y = xs"),
+    ("for i in range(4096):", "    for j in range(4096):", "        pass"),
+    ("for i in range(4096):", "    for j in range(4096):", "        xs = xs + 1.0"),
+]
+
+
+def hostile_texts(marker: str, full: bool = True) -> list[str]:
+    """Hand-written attacks, each aimed at one way out of the language (not full: all but
+    the LOOP_BOMBS)."""
     code = [c.format(marker=marker) for c in EXECUTABLE]
     texts = []
     for c in code:  # every place Python would evaluate an expression
@@ -128,10 +142,7 @@ def hostile_texts(marker: str) -> list[str]:
         _body("while 1: y = xs"),
         _body("for i in range(10 ** 12):", "    y = xs"),
         _body("for i in range(1099511627776):", "    y = xs + 1.0"),
-        _body("for i in range(4096):", "    for j in range(4096):",
-              "        for k in range(4096):", "            y = xs"),
-        _body("for i in range(4096):", "    for j in range(4096):", "        pass"),
-        _body("for i in range(4096):", "    for j in range(4096):", "        xs = xs + 1.0"),
+        *(_body(*bomb) for bomb in LOOP_BOMBS if full),
         _body("y = " + "(" * 300 + "xs" + ")" * 300),
         _body("y = " + "exp(" * 150 + "xs" + ")" * 150),
         _body("y = " + "-" * 5000 + "xs"),
@@ -481,10 +492,11 @@ def test_seeds_use_every_op_so_mutants_reach_every_rule():
     assert set(OPS) - used == set()
 
 
-def test_hostile_texts_raise_only_stochopt_errors_and_run_nothing(tmp_path):
+@pytest.mark.parametrize("full", QUICK_AND_FULL)
+def test_hostile_texts_raise_only_stochopt_errors_and_run_nothing(tmp_path, full):
     marker = tmp_path / "ran"
     imported_before = "colorsys" in sys.modules
-    texts = hostile_texts(str(marker))
+    texts = hostile_texts(str(marker), full=full)
     outcomes = [check_text(t) for t in texts]
     assert outcomes.count("error") == len(texts), [
         t[:200] for t, o in zip(texts, outcomes, strict=True) if o != "error"]
@@ -498,12 +510,14 @@ def test_odd_but_valid_texts_parse_and_round_trip():
         assert check_text(text) == "ok", text
 
 
-def test_mutated_kernels_raise_only_stochopt_errors_or_round_trip():
-    texts = mutated_texts(MUTANTS)
+@pytest.mark.parametrize("full", QUICK_AND_FULL)
+def test_mutated_kernels_raise_only_stochopt_errors_or_round_trip(full):
+    count = MUTANTS if full else QUICK_MUTANTS
+    texts = mutated_texts(count)
     outcomes = [check_text(t) for t in texts]
     # both branches must be exercised, or the mutator has drifted into noise or no-ops
     assert outcomes.count("ok") > 20
-    assert outcomes.count("error") > MUTANTS // 2
+    assert outcomes.count("error") > count // 2
 
 
 def test_mutants_are_checked_on_the_small_machine_too():

@@ -7,6 +7,7 @@ ALLOWED with the reason.
 """
 
 import ast
+import functools
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "stochopt"
@@ -65,9 +66,10 @@ def imports(path: Path) -> list[tuple[int, str]]:
     return [(line, name) for line, name in found if name.split(".")[0] == "stochopt"]
 
 
-def edges() -> list[tuple[str, int, str]]:
-    return [(module_name(path), line, target)
-            for path in sorted(PACKAGE.rglob("*.py")) for line, target in imports(path)]
+@functools.cache  # the sources do not change during a test run: two tests read it
+def edges() -> tuple[tuple[str, int, str], ...]:
+    return tuple((module_name(path), line, target)
+                 for path in sorted(PACKAGE.rglob("*.py")) for line, target in imports(path))
 
 
 def test_every_module_has_a_layer():

@@ -18,7 +18,7 @@ import stochopt
 from stochopt import notebook
 from stochopt.leir import render
 from stochopt.search.driver import RunResult
-from tests.report.conftest import best_cycles, make_run  # noqa: F401
+from tests.report.conftest import best_cycles, finished_run, make_run  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
 SOFTMAX = ROOT / "specs" / "softmax.py"
@@ -36,15 +36,26 @@ def kernel():
     return stochopt.lower(SOFTMAX, machine=SMALL)
 
 
-def test_jupyter_finds_html_and_markdown_for_every_object(kernel, make_run):
-    rd = make_run()
+@pytest.fixture(scope="module")
+def report_shown(finished_run):
+    """A run's report and what Jupyter's formatter gets from it. The page draws four
+    matplotlib charts (about a second): formatted once, for the tests that read it."""
+    facts = stochopt.report(finished_run)
+    data, _ = DisplayFormatter().format(facts)
+    return facts, data
+
+
+def test_jupyter_finds_html_and_markdown_for_every_object(kernel, finished_run,
+                                                         report_shown):
+    rd = finished_run
     objects = [kernel, stochopt.verify(kernel, examples=3, machine=SMALL),
-               stochopt.run(kernel, machine=SMALL), stochopt.report(rd), _result(rd, 1000)]
+               stochopt.run(kernel, machine=SMALL), _result(rd, 1000)]
     formatter = DisplayFormatter()
-    for obj in objects:
-        data, _ = formatter.format(obj)
-        assert data["text/html"].startswith("<div class='stochopt-report'>"), type(obj)
-        assert data["text/markdown"].strip(), type(obj)
+    shown = [(type(obj), formatter.format(obj)[0]) for obj in objects]
+    shown.append((type(report_shown[0]), report_shown[1]))  # the report, formatted alike
+    for kind, data in shown:
+        assert data["text/html"].startswith("<div class='stochopt-report'>"), kind
+        assert data["text/markdown"].strip(), kind
 
 
 def test_a_kernel_shows_its_signature_and_highlighted_text(kernel):
@@ -122,9 +133,9 @@ def test_a_run_result_whose_directory_is_gone_still_shows_its_summary(make_run, 
     assert f"run directory: {rd}" in shown
 
 
-def test_a_report_shows_the_whole_page_with_its_css_scoped(make_run, best_cycles):
-    facts = stochopt.report(make_run())
-    page = facts._repr_html_()
+def test_a_report_shows_the_whole_page_with_its_css_scoped(report_shown, best_cycles):
+    facts, data = report_shown
+    page = data["text/html"]  # what the formatter got from facts._repr_html_()
     for chart in ("trajectory", "outcomes", "acceptance", "profile"):
         assert f'data-chart="{chart}"' in page
     shown = text_of(page)
@@ -138,7 +149,7 @@ def test_a_report_shows_the_whole_page_with_its_css_scoped(make_run, best_cycles
         if not selector.startswith("@"):
             assert all(s.strip().startswith(".stochopt-report") for s in selector.split(",")), \
                 selector
-    markdown = facts._repr_markdown_()
+    markdown = data["text/markdown"]  # facts._repr_markdown_()
     assert f"| cycles | 7652 -> {best_cycles} ({facts['speedup']:.2f}x) |" in markdown
 
 

@@ -5,7 +5,7 @@ If one of these fails, the search can game the model: report the shrunk example.
 from dataclasses import replace
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from stochopt.backend.bound import bound_of_kernel
@@ -19,8 +19,12 @@ from stochopt.leir.rules import Const
 from stochopt.leir.types import TensorType
 from stochopt.machine import MNCORE2, SMALL
 from tests.strategies import kernels, layouts
+from tests.tiers import QUICK_AND_FULL, examples
 
 BIG_DIMS = (8, 16, 32, 64, 128)
+# examples of each law in the fast tier (the full variant: the profile's count, or the
+# count the law names)
+QUICK = 12
 
 
 def _cost_or_none(kernel, machine):
@@ -76,38 +80,56 @@ def _check_links(profile):
             assert (moving[1], moving[2]) == (a, b) and 0 < work <= b - a
 
 
-@given(kernels(machine=SMALL, max_ops=14))
-def test_laws_hold_on_small_kernels(kernel):
-    _check_laws(kernel, SMALL)
+@pytest.mark.parametrize("full", QUICK_AND_FULL)
+def test_laws_hold_on_small_kernels(full):
+    @examples(full, quick=QUICK)
+    @given(kernels(machine=SMALL, max_ops=14))
+    def law(kernel):
+        _check_laws(kernel, SMALL)
+
+    law()
 
 
-@settings(max_examples=40)
-@given(kernels(machine=SMALL, max_ops=16, dims=BIG_DIMS))
-def test_laws_hold_under_memory_pressure(kernel):
-    _check_laws(kernel, SMALL)
+@pytest.mark.parametrize("full", QUICK_AND_FULL)
+def test_laws_hold_under_memory_pressure(full):
+    @examples(full, quick=QUICK, count=40)
+    @given(kernels(machine=SMALL, max_ops=16, dims=BIG_DIMS))
+    def law(kernel):
+        _check_laws(kernel, SMALL)
+
+    law()
 
 
-@settings(max_examples=40)
-@given(kernels(machine=MNCORE2, max_ops=16, dims=BIG_DIMS + (256,)))
-def test_laws_hold_on_mncore2(kernel):
-    _check_laws(kernel, MNCORE2)
+@pytest.mark.parametrize("full", QUICK_AND_FULL)
+def test_laws_hold_on_mncore2(full):
+    @examples(full, quick=QUICK, count=40)
+    @given(kernels(machine=MNCORE2, max_ops=16, dims=BIG_DIMS + (256,)))
+    def law(kernel):
+        _check_laws(kernel, MNCORE2)
+
+    law()
 
 
-@given(kernels(machine=SMALL, max_ops=10), st.data())
-def test_appending_work_never_makes_a_kernel_faster(kernel, data):
+@pytest.mark.parametrize("full", QUICK_AND_FULL)
+def test_appending_work_never_makes_a_kernel_faster(full):
     """The same kernel with one more op before its store costs at least as much."""
-    nodes = list(kernel.nodes[:-1])
-    values = [i for i, n in enumerate(nodes) if n.type.location == "pe"]
-    x = data.draw(st.sampled_from(values))
-    t = nodes[x].type
-    op = "neg" if t.dtype != "bool" else "eq"
-    extra = Builder(SMALL)
-    extra.nodes = list(nodes)
-    extra.add(op, [x] if op == "neg" else [x, x], {})
-    longer = build("kernel", extra.nodes + [kernel.nodes[-1]], len(extra.nodes), SMALL)
-    before, after = _cost_or_none(kernel, SMALL), _cost_or_none(longer, SMALL)
-    if before is not None and after is not None:
-        assert after.cycles >= before.cycles
+    @examples(full, quick=QUICK)
+    @given(kernels(machine=SMALL, max_ops=10), st.data())
+    def law(kernel, data):
+        nodes = list(kernel.nodes[:-1])
+        values = [i for i, n in enumerate(nodes) if n.type.location == "pe"]
+        x = data.draw(st.sampled_from(values))
+        t = nodes[x].type
+        op = "neg" if t.dtype != "bool" else "eq"
+        extra = Builder(SMALL)
+        extra.nodes = list(nodes)
+        extra.add(op, [x] if op == "neg" else [x, x], {})
+        longer = build("kernel", extra.nodes + [kernel.nodes[-1]], len(extra.nodes), SMALL)
+        before, after = _cost_or_none(kernel, SMALL), _cost_or_none(longer, SMALL)
+        if before is not None and after is not None:
+            assert after.cycles >= before.cycles
+
+    law()
 
 
 def test_cost_is_a_pure_function_of_kernel_and_machine():
@@ -153,55 +175,70 @@ def _cycles(op, ins, out, machine=SMALL, **attrs):
     return OPS[op].cost(machine, ins, out, attrs).cycles
 
 
-@given(grown_pairs(), st.sampled_from(("neg", "exp", "tanh", "add", "div", "gt", "cast")),
-       st.sampled_from(("f32", "bf16")))
-def test_more_local_elements_never_cost_less_elementwise(pair, op, dtype):
-    small, big, _ = pair
-    arity = len(OPS[op].tensor_params)
-    for lay in (small, big):
-        assert _cycles(op, [_pe(dtype, lay)] * arity, _pe(dtype, lay), dtype="f32") > 0
-    assert (_cycles(op, [_pe(dtype, big)] * arity, _pe(dtype, big), dtype="f32")
-            >= _cycles(op, [_pe(dtype, small)] * arity, _pe(dtype, small), dtype="f32"))
+@pytest.mark.parametrize("full", QUICK_AND_FULL)
+def test_more_local_elements_never_cost_less_elementwise(full):
+    @examples(full, quick=QUICK)
+    @given(grown_pairs(), st.sampled_from(("neg", "exp", "tanh", "add", "div", "gt", "cast")),
+           st.sampled_from(("f32", "bf16")))
+    def law(pair, op, dtype):
+        small, big, _ = pair
+        arity = len(OPS[op].tensor_params)
+        for lay in (small, big):
+            assert _cycles(op, [_pe(dtype, lay)] * arity, _pe(dtype, lay), dtype="f32") > 0
+        assert (_cycles(op, [_pe(dtype, big)] * arity, _pe(dtype, big), dtype="f32")
+                >= _cycles(op, [_pe(dtype, small)] * arity, _pe(dtype, small), dtype="f32"))
+
+    law()
 
 
-@given(grown_pairs(), st.data())
-def test_more_elements_never_cost_less_to_load_store_reduce_or_relayout(pair, data):
-    small, big, _ = pair
-    costs = []
-    other = data.draw(layouts(small.shape, SMALL))
-    axis = data.draw(st.integers(0, len(small.shape) - 1))
-    grow_axis = pair[2]
-    k = big.shape[grow_axis] // small.shape[grow_axis]
-    for src, dst in ((small, other), (big, _grow(other, grow_axis, k))):
-        x = _pe("f32", src)
-        d = TensorType("f32", x.shape, "dram")
-        b = Builder(SMALL)
-        i = b.input("x", d)
-        xs = b.add("load", [i], {"layout": src})
-        r = b.add("reduce_sum", [xs], {"axis": axis, "keepdims": True})
-        rl = b.add("relayout", [xs], {"layout": dst})
-        costs.append([_cycles("load", [d], x), _cycles("store", [x], d),
-                      _cycles("reduce_sum", [x], b.nodes[r].type, axis=axis, keepdims=True),
-                      _cycles("relayout", [x], b.nodes[rl].type)])
-    assert all(big_c >= small_c for small_c, big_c in zip(*costs, strict=True)), costs
+@pytest.mark.parametrize("full", QUICK_AND_FULL)
+def test_more_elements_never_cost_less_to_load_store_reduce_or_relayout(full):
+    @examples(full, quick=QUICK)
+    @given(grown_pairs(), st.data())
+    def law(pair, data):
+        small, big, _ = pair
+        costs = []
+        other = data.draw(layouts(small.shape, SMALL))
+        axis = data.draw(st.integers(0, len(small.shape) - 1))
+        grow_axis = pair[2]
+        k = big.shape[grow_axis] // small.shape[grow_axis]
+        for src, dst in ((small, other), (big, _grow(other, grow_axis, k))):
+            x = _pe("f32", src)
+            d = TensorType("f32", x.shape, "dram")
+            b = Builder(SMALL)
+            i = b.input("x", d)
+            xs = b.add("load", [i], {"layout": src})
+            r = b.add("reduce_sum", [xs], {"axis": axis, "keepdims": True})
+            rl = b.add("relayout", [xs], {"layout": dst})
+            costs.append([_cycles("load", [d], x), _cycles("store", [x], d),
+                          _cycles("reduce_sum", [x], b.nodes[r].type, axis=axis, keepdims=True),
+                          _cycles("relayout", [x], b.nodes[rl].type)])
+        assert all(big_c >= small_c for small_c, big_c in zip(*costs, strict=True)), costs
+
+    law()
 
 
-@given(grown_pairs(), st.sampled_from(("exp", "add", "reduce_max")))
-def test_f32_never_costs_less_than_bf16(pair, op):
-    _, lay, _ = pair
-    attrs = {"axis": 0, "keepdims": True} if op == "reduce_max" else {}
-    out = lay if op != "reduce_max" else None
-    for_dtype = {}
-    for dtype in ("bf16", "f32"):
-        x = _pe(dtype, lay)
-        b = Builder(SMALL)
-        i = b.input("x", TensorType(dtype, lay.shape, "dram"))
-        xs = b.add("load", [i], {"layout": lay})
-        args = [xs] * len(OPS[op].tensor_params)
-        o = b.nodes[b.add(op, args, attrs)].type if out is None else x
-        for_dtype[dtype] = (_cycles(op, [x] * len(args), o, **attrs),
-                            _cycles("load", [b.nodes[i].type], x))
-    assert all(f >= h for f, h in zip(for_dtype["f32"], for_dtype["bf16"], strict=True))
+@pytest.mark.parametrize("full", QUICK_AND_FULL)
+def test_f32_never_costs_less_than_bf16(full):
+    @examples(full, quick=QUICK)
+    @given(grown_pairs(), st.sampled_from(("exp", "add", "reduce_max")))
+    def law(pair, op):
+        _, lay, _ = pair
+        attrs = {"axis": 0, "keepdims": True} if op == "reduce_max" else {}
+        out = lay if op != "reduce_max" else None
+        for_dtype = {}
+        for dtype in ("bf16", "f32"):
+            x = _pe(dtype, lay)
+            b = Builder(SMALL)
+            i = b.input("x", TensorType(dtype, lay.shape, "dram"))
+            xs = b.add("load", [i], {"layout": lay})
+            args = [xs] * len(OPS[op].tensor_params)
+            o = b.nodes[b.add(op, args, attrs)].type if out is None else x
+            for_dtype[dtype] = (_cycles(op, [x] * len(args), o, **attrs),
+                                _cycles("load", [b.nodes[i].type], x))
+        assert all(f >= h for f, h in zip(for_dtype["f32"], for_dtype["bf16"], strict=True))
+
+    law()
 
 
 def _matmul_kernel(dtype, m, k, n, machine=MNCORE2):
@@ -229,20 +266,30 @@ def test_bf16_matmul_is_faster_than_f32_of_the_same_shape(m, k, n):
     assert _matmul_cycles("bf16", m, k, n) < _matmul_cycles("f32", m, k, n)
 
 
-@given(st.sampled_from((8, 16, 64, 128)), st.sampled_from((1, 16, 64)),
-       st.sampled_from((8, 16, 64, 128)))
-def test_bf16_matmul_is_never_slower_than_f32(m, k, n):
-    bf16, f32 = _matmul_cycles("bf16", m, k, n), _matmul_cycles("f32", m, k, n)
-    assert bf16[0] <= f32[0] and bf16[1] <= f32[1]
+@pytest.mark.parametrize("full", QUICK_AND_FULL)
+def test_bf16_matmul_is_never_slower_than_f32(full):
+    @examples(full, quick=QUICK)
+    @given(st.sampled_from((8, 16, 64, 128)), st.sampled_from((1, 16, 64)),
+           st.sampled_from((8, 16, 64, 128)))
+    def law(m, k, n):
+        bf16, f32 = _matmul_cycles("bf16", m, k, n), _matmul_cycles("f32", m, k, n)
+        assert bf16[0] <= f32[0] and bf16[1] <= f32[1]
+
+    law()
 
 
-@given(st.sampled_from((16, 32, 64)), st.sampled_from((16, 32, 64)),
-       st.sampled_from((16, 32, 64)), st.sampled_from(("bf16", "f32")))
-def test_matmul_never_gets_cheaper_with_a_bigger_operand(m, k, n, dtype):
-    base = _matmul_cycles(dtype, m, k, n)
-    for bigger in ((2 * m, k, n), (m, 2 * k, n), (m, k, 2 * n)):
-        grown = _matmul_cycles(dtype, *bigger)
-        assert grown[0] >= base[0] and grown[1] >= base[1]
+@pytest.mark.parametrize("full", QUICK_AND_FULL)
+def test_matmul_never_gets_cheaper_with_a_bigger_operand(full):
+    @examples(full, quick=QUICK)
+    @given(st.sampled_from((16, 32, 64)), st.sampled_from((16, 32, 64)),
+           st.sampled_from((16, 32, 64)), st.sampled_from(("bf16", "f32")))
+    def law(m, k, n, dtype):
+        base = _matmul_cycles(dtype, m, k, n)
+        for bigger in ((2 * m, k, n), (m, 2 * k, n), (m, k, 2 * n)):
+            grown = _matmul_cycles(dtype, *bigger)
+            assert grown[0] >= base[0] and grown[1] >= base[1]
+
+    law()
 
 
 # ---------------------------------------------------------------------------------
@@ -308,26 +355,30 @@ def test_idle_pes_do_not_help():
 # the roofline
 # ---------------------------------------------------------------------------------
 
-@settings(max_examples=30)
-@given(st.sampled_from(("add", "mul", "maximum", "exp", "eq")), st.integers(1, 12),
-       st.sampled_from(("bf16", "f32", "bool")), st.sampled_from((1, 2, 8, 64)))
-def test_compute_bound_chains_never_beat_the_roofline(op, length, dtype, local):
+@pytest.mark.parametrize("full", QUICK_AND_FULL)
+def test_compute_bound_chains_never_beat_the_roofline(full):
     """The hardest case for the vector peak: every PE busy, the narrowest lanes."""
-    if dtype == "bool" and op != "eq" or dtype != "bool" and op == "eq" and length > 1:
-        op = "eq" if dtype == "bool" else "add"
-    rows = MNCORE2.pes
-    lay = Layout((rows, local), ((Factor(8, "L2B"), Factor(8, "L1B"), Factor(16, "MAB"),
-                                  Factor(4, "PE")), (Factor(local),)))
-    b = Builder(MNCORE2)
-    x = b.input("x", TensorType(dtype, (rows, local), "dram"))
-    v = b.add("load", [x], {"layout": lay})
-    for _ in range(length):
-        args = [v, v] if OPS[op].tensor_params[1:] else [v]
-        if op not in ("eq", "exp") and dtype != "bool":
-            args = [v, Const(1.0)]
-        v = b.add(op, args, {})
-    k = b.finish("kernel", b.add("store", [v], {}))
-    assert cost(k).cycles >= roofline_of_kernel(k)
+    @examples(full, quick=QUICK, count=30)
+    @given(st.sampled_from(("add", "mul", "maximum", "exp", "eq")), st.integers(1, 12),
+           st.sampled_from(("bf16", "f32", "bool")), st.sampled_from((1, 2, 8, 64)))
+    def law(op, length, dtype, local):
+        if dtype == "bool" and op != "eq" or dtype != "bool" and op == "eq" and length > 1:
+            op = "eq" if dtype == "bool" else "add"
+        rows = MNCORE2.pes
+        lay = Layout((rows, local), ((Factor(8, "L2B"), Factor(8, "L1B"), Factor(16, "MAB"),
+                                      Factor(4, "PE")), (Factor(local),)))
+        b = Builder(MNCORE2)
+        x = b.input("x", TensorType(dtype, (rows, local), "dram"))
+        v = b.add("load", [x], {"layout": lay})
+        for _ in range(length):
+            args = [v, v] if OPS[op].tensor_params[1:] else [v]
+            if op not in ("eq", "exp") and dtype != "bool":
+                args = [v, Const(1.0)]
+            v = b.add(op, args, {})
+        k = b.finish("kernel", b.add("store", [v], {}))
+        assert cost(k).cycles >= roofline_of_kernel(k)
+
+    law()
 
 
 def test_the_roofline_is_reachable_within_a_small_factor():
@@ -368,33 +419,43 @@ def _innermost_spread(layout: Layout) -> Layout | None:
     return Layout(layout.shape, axes, layout.replicated)
 
 
-@given(SHAPES.filter(lambda s: s[-1] > 1), st.data(), st.sampled_from(("f32", "bf16")))
-def test_strided_never_cheaper_than_contiguous(shape, data, dtype):
+@pytest.mark.parametrize("full", QUICK_AND_FULL)
+def test_strided_never_cheaper_than_contiguous(full):
     """Shorter contiguous runs (a spread factor innermost, or a slice that cuts rows)
     never make a load or store cheaper, all else equal."""
-    layout = data.draw(layouts(shape, SMALL))
-    whole = _transfer_cycles(layout, dtype=dtype)
-    cut = tuple(data.draw(st.lists(st.booleans(), min_size=len(shape), max_size=len(shape))))
-    sliced = _transfer_cycles(layout, whole=cut, dtype=dtype)
-    assert all(s >= w for s, w in zip(sliced, whole, strict=True))
-    strided = _innermost_spread(layout)
-    if strided is not None:
-        assert all(s >= w for s, w in zip(_transfer_cycles(strided, dtype=dtype), whole,
-                                          strict=True))
+    @examples(full, quick=QUICK)
+    @given(SHAPES.filter(lambda s: s[-1] > 1), st.data(), st.sampled_from(("f32", "bf16")))
+    def law(shape, data, dtype):
+        layout = data.draw(layouts(shape, SMALL))
+        whole = _transfer_cycles(layout, dtype=dtype)
+        cut = tuple(data.draw(st.lists(st.booleans(), min_size=len(shape), max_size=len(shape))))
+        sliced = _transfer_cycles(layout, whole=cut, dtype=dtype)
+        assert all(s >= w for s, w in zip(sliced, whole, strict=True))
+        strided = _innermost_spread(layout)
+        if strided is not None:
+            assert all(s >= w for s, w in zip(_transfer_cycles(strided, dtype=dtype), whole,
+                                              strict=True))
+
+    law()
 
 
-@given(SHAPES, st.data())
-def test_more_replication_never_cheaper(shape, data):
+@pytest.mark.parametrize("full", QUICK_AND_FULL)
+def test_more_replication_never_cheaper(full):
     """Adding a B@ level to a layout (the same spread) never makes loading it, or moving
     a value to it, cheaper."""
-    layout = data.draw(layouts(shape, SMALL, replicate=True))
-    free = [lv for lv in ("L2B", "L1B", "MAB", "PE")
-            if lv not in layout.spread() and lv not in layout.replicated]
-    assume(free)
-    level = data.draw(st.sampled_from(free))
-    more = Layout(layout.shape, layout.axes, layout.replicated | {level})
-    assert _transfer_cycles(more)[0] >= _transfer_cycles(layout)[0]
-    source = data.draw(layouts(shape, SMALL, replicate=False))
-    x = _pe("f32", source)
-    assert (_cycles("relayout", [x], _pe("f32", more))
-            >= _cycles("relayout", [x], _pe("f32", layout)))
+    @examples(full, quick=QUICK)
+    @given(SHAPES, st.data())
+    def law(shape, data):
+        layout = data.draw(layouts(shape, SMALL, replicate=True))
+        free = [lv for lv in ("L2B", "L1B", "MAB", "PE")
+                if lv not in layout.spread() and lv not in layout.replicated]
+        assume(free)
+        level = data.draw(st.sampled_from(free))
+        more = Layout(layout.shape, layout.axes, layout.replicated | {level})
+        assert _transfer_cycles(more)[0] >= _transfer_cycles(layout)[0]
+        source = data.draw(layouts(shape, SMALL, replicate=False))
+        x = _pe("f32", source)
+        assert (_cycles("relayout", [x], _pe("f32", more))
+                >= _cycles("relayout", [x], _pe("f32", layout)))
+
+    law()

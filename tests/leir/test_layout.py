@@ -13,19 +13,25 @@ from stochopt.leir import LEVELS, Factor, Layout, parse, parse_layout
 from stochopt.leir.layout import check_layout, simple_layout
 from stochopt.machine import MNCORE2, SMALL
 from tests.strategies import layouts
+from tests.tiers import QUICK_AND_FULL, examples
 
 SHAPES = st.lists(st.sampled_from([1, 2, 3, 4, 6, 8, 16, 32]), min_size=1, max_size=4).map(tuple)
 
 
-@given(st.data())
-def test_printing_a_layout_reads_back_as_the_same_layout(data):
-    shape = data.draw(SHAPES)
-    machine = data.draw(st.sampled_from([SMALL, MNCORE2]))
-    layout = data.draw(layouts(shape, machine))
-    text = str(layout)
-    assert parse_layout(text) == layout
-    assert str(parse_layout(text)) == text
-    check_layout(layout, machine.fanout)  # the strategy draws only legal layouts
+@pytest.mark.parametrize("full", QUICK_AND_FULL)
+def test_printing_a_layout_reads_back_as_the_same_layout(full):
+    @examples(full, quick=15)
+    @given(st.data())
+    def reads_back(data):
+        shape = data.draw(SHAPES)
+        machine = data.draw(st.sampled_from([SMALL, MNCORE2]))
+        layout = data.draw(layouts(shape, machine))
+        text = str(layout)
+        assert parse_layout(text) == layout
+        assert str(parse_layout(text)) == text
+        check_layout(layout, machine.fanout)  # the strategy draws only legal layouts
+
+    reads_back()
 
 
 def test_the_parts_of_a_layout():

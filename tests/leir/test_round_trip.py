@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from stochopt.backend.emulate import emulate, random_inputs
@@ -19,6 +19,7 @@ from stochopt.leir import Builder, Const, Kernel, parse, parse_layout, render
 from stochopt.leir.types import TensorType
 from stochopt.machine import MNCORE2, SMALL
 from tests.strategies import kernels
+from tests.tiers import QUICK_AND_FULL, examples
 
 
 def _same_values(a: np.ndarray, b: np.ndarray) -> bool:
@@ -27,25 +28,34 @@ def _same_values(a: np.ndarray, b: np.ndarray) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
-@given(st.data())
-def test_render_then_parse_gives_back_the_same_kernel(data):
-    machine = data.draw(st.sampled_from([SMALL, MNCORE2]))
-    kernel = data.draw(kernels(machine))
-    text = render(kernel)
-    again = parse(text, machine)
-    assert again == kernel, text
-    assert render(again) == text  # the canonical text is a fixed point
+@pytest.mark.parametrize("full", QUICK_AND_FULL)
+def test_render_then_parse_gives_back_the_same_kernel(full):
+    @examples(full, quick=15)
+    @given(st.data())
+    def round_trip(data):
+        machine = data.draw(st.sampled_from([SMALL, MNCORE2]))
+        kernel = data.draw(kernels(machine))
+        text = render(kernel)
+        again = parse(text, machine)
+        assert again == kernel, text
+        assert render(again) == text  # the canonical text is a fixed point
+
+    round_trip()
 
 
-@settings(max_examples=25)
-@given(kernels(SMALL, max_ops=8))
-def test_the_re_parsed_kernel_computes_the_same_values(kernel):
+@pytest.mark.parametrize("full", QUICK_AND_FULL)
+def test_the_re_parsed_kernel_computes_the_same_values(full):
     """Equality of kernels could hide a literal's type (1 == 1.0); the values cannot."""
-    again = parse(render(kernel), SMALL)
-    inputs = random_inputs(kernel, seed=5)
-    for exact in (False, True):
-        a = emulate(kernel, inputs, exact=exact)
-        assert _same_values(a, emulate(again, inputs, exact=exact))
+    @examples(full, quick=10, count=25)
+    @given(kernels(SMALL, max_ops=8))
+    def same_values(kernel):
+        again = parse(render(kernel), SMALL)
+        inputs = random_inputs(kernel, seed=5)
+        for exact in (False, True):
+            a = emulate(kernel, inputs, exact=exact)
+            assert _same_values(a, emulate(again, inputs, exact=exact))
+
+    same_values()
 
 
 HEAD = 'def kernel(x: "f32[8,16] @ dram") -> "f32[8,16] @ dram":\n'

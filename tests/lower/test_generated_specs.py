@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stochopt.spec import load_spec
+from tests.tiers import QUICK_AND_FULL
 
 HEADER = "import math\n\nimport numpy as np\n\nfrom stochopt import spec, tensor\n\n"
 SIZES = [1, 2, 3, 5, 7, 8, 13, 16, 32, 48, 64]
@@ -82,10 +84,14 @@ def specs(draw):
             f"def f(x, y, w, m):\n    {body}\n")
 
 
-@settings(max_examples=40, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(source=specs())
-def test_generated_subset_spec_lowers_fits_and_matches(source, tmp_path, checked):
-    path = tmp_path / f"generated_{uuid.uuid4().hex}.py"
-    path.write_text(HEADER + source)
-    checked(load_spec(path), seeds=(0,))
+@pytest.mark.parametrize("full", QUICK_AND_FULL)
+def test_generated_subset_spec_lowers_fits_and_matches(tmp_path, checked, full):
+    @settings(max_examples=40 if full else 12, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(source=specs())
+    def lowers_fits_and_matches(source):
+        path = tmp_path / f"generated_{uuid.uuid4().hex}.py"
+        path.write_text(HEADER + source)
+        checked(load_spec(path), seeds=(0,))
+
+    lowers_fits_and_matches()

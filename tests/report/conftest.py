@@ -73,45 +73,56 @@ def best_cycles() -> int:
     return cost(parse(BEST, "mncore2"), "mncore2").cycles
 
 
+def write_run(rd: Path, best_cycles: int, events: list[dict] | None = None,
+              finished: bool = True, age_s: float = 3600.0, checkpoint: dict | None = None,
+              best_text: str = BEST, **run_fields) -> Path:
+    """A run directory at rd, written file by file as stochopt optimize writes it."""
+    (rd / "counterexamples").mkdir(parents=True)
+    events = story(best_cycles) if events is None else events
+    started = time.time() - age_s - 10
+    run = {"spec": "softmax", "spec_path": str(SOFTMAX), "name": None,
+           "machine": {"name": "mncore2"}, "machine_name": "mncore2", "budget_s": 10.0,
+           "proposer": "mixed", "arms": ["mutate", "rewrite", "llm"], "chains": 2,
+           "seed": 0, "init": None, "max_proposals": None, "max_cost": None,
+           "config": {}, "llm": {"model": "m"}, "roofline_cycles": ROOFLINE,
+           "baseline_cycles": 7652, "started": started, "versions": {}, **run_fields}
+    (rd / "run.json").write_text(json.dumps(run))
+    (rd / "spec.py").write_text(SOFTMAX.read_text())
+    (rd / "baseline.leir").write_text(BASELINE)
+    (rd / "best.leir").write_text(best_text)
+    verdict = {"equivalent": True, "examples": 200, "seed": 3,
+               "max_semantic_error": 1e-6, "max_precision_error": 0.7}
+    best = {"cycles": best_cycles, "source": "search", "t": 4.0, "chain": 0,
+            "profile": {}, "verdict": verdict,
+            "certificate": {**verdict, "kernel_sha256": sha256_text(best_text),
+                            "spec": "softmax"},
+            "recheck": {**verdict, "seed": 104729}}
+    (rd / "best.json").write_text(json.dumps(best))
+    (rd / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (rd / "checkpoint.json").write_text(json.dumps(checkpoint or {
+        "elapsed_s": 10.0, "proposals": len(events), "chains": [], "finished": finished,
+        "best_cycles": best_cycles, "tokens": 2000, "cost_usd": 0.005}))
+    for p in rd.iterdir():
+        os.utime(p, (started + 10, time.time() - age_s))
+    return rd
+
+
 @pytest.fixture
 def make_run(tmp_path, best_cycles):
     """make_run(name, events=..., finished=..., age_s=..., **run_json) -> a run directory
-    written file by file, as stochopt optimize writes it."""
+    written file by file, as stochopt optimize writes it (see write_run)."""
 
-    def make(name: str = "run", events: list[dict] | None = None, finished: bool = True,
-             age_s: float = 3600.0, checkpoint: dict | None = None, best_text: str = BEST,
-             **run_fields) -> Path:
-        rd = tmp_path / name
-        (rd / "counterexamples").mkdir(parents=True)
-        events = story(best_cycles) if events is None else events
-        started = time.time() - age_s - 10
-        run = {"spec": "softmax", "spec_path": str(SOFTMAX), "name": None,
-               "machine": {"name": "mncore2"}, "machine_name": "mncore2", "budget_s": 10.0,
-               "proposer": "mixed", "arms": ["mutate", "rewrite", "llm"], "chains": 2,
-               "seed": 0, "init": None, "max_proposals": None, "max_cost": None,
-               "config": {}, "llm": {"model": "m"}, "roofline_cycles": ROOFLINE,
-               "baseline_cycles": 7652, "started": started, "versions": {}, **run_fields}
-        (rd / "run.json").write_text(json.dumps(run))
-        (rd / "spec.py").write_text(SOFTMAX.read_text())
-        (rd / "baseline.leir").write_text(BASELINE)
-        (rd / "best.leir").write_text(best_text)
-        verdict = {"equivalent": True, "examples": 200, "seed": 3,
-                   "max_semantic_error": 1e-6, "max_precision_error": 0.7}
-        best = {"cycles": best_cycles, "source": "search", "t": 4.0, "chain": 0,
-                "profile": {}, "verdict": verdict,
-                "certificate": {**verdict, "kernel_sha256": sha256_text(best_text),
-                                "spec": "softmax"},
-                "recheck": {**verdict, "seed": 104729}}
-        (rd / "best.json").write_text(json.dumps(best))
-        (rd / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
-        (rd / "checkpoint.json").write_text(json.dumps(checkpoint or {
-            "elapsed_s": 10.0, "proposals": len(events), "chains": [], "finished": finished,
-            "best_cycles": best_cycles, "tokens": 2000, "cost_usd": 0.005}))
-        for p in rd.iterdir():
-            os.utime(p, (started + 10, time.time() - age_s))
-        return rd
+    def make(name: str = "run", **options) -> Path:
+        return write_run(tmp_path / name, best_cycles, **options)
 
     return make
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, best_cycles) -> Path:
+    """make_run()'s finished run, written once per test module for the tests that only
+    read it (so that its HTML page, about a second of matplotlib, is drawn once)."""
+    return write_run(tmp_path_factory.mktemp("finished") / "run", best_cycles)
 
 
 @pytest.fixture(scope="session")

@@ -56,18 +56,26 @@ def html_rows(page: str) -> dict[str, list[str]]:
     return rows
 
 
+@pytest.fixture(scope="module")
+def finished_page(finished_run, tmp_path_factory) -> str:
+    """The finished run's page as `stochopt report --html` writes it. Its four matplotlib
+    charts take about a second to draw: drawn once, for the tests that only read it."""
+    page_path = tmp_path_factory.mktemp("page") / "report.html"
+    out = CliRunner().invoke(main, ["report", str(finished_run), "--html", str(page_path)])
+    assert out.exit_code == 0, out.output
+    return page_path.read_text()
 
 
 # ---------------------------------------------------------------------------------
 
-def test_the_three_forms_show_the_same_numbers(make_run, tmp_path):
-    rd = make_run()
+def test_the_three_forms_show_the_same_numbers(finished_run, finished_page):
+    rd = finished_run
     out = CliRunner().invoke(main, ["report", str(rd), "--json"])
     assert out.exit_code == 0, out.output
     facts = json.loads(out.output)
     assert facts == json.loads(json.dumps(run_facts(rd)))  # --json is the facts
     text = terminal_text(facts)
-    page = render_html(facts)
+    page = finished_page  # the facts of the same run, drawn by report --html
     for number in headline_numbers(facts):
         assert number in text, number
         assert number in html.unescape(page), number
@@ -139,12 +147,9 @@ def test_trajectory_chart_falls_from_the_baseline_row_toward_the_roofline(make_r
     assert sum(h == 64 for h in heights) == pytest.approx(columns / 10, abs=1)
 
 
-def test_html_page_is_self_contained_with_its_svg_charts(make_run, tmp_path):
-    rd = make_run()
-    page_path = tmp_path / "report.html"
-    out = CliRunner().invoke(main, ["report", str(rd), "--html", str(page_path)])
-    assert out.exit_code == 0, out.output
-    page = page_path.read_text()
+def test_html_page_is_self_contained_with_its_svg_charts(finished_run, finished_page):
+    rd = finished_run
+    page = finished_page  # written by report --html
     assert page.startswith("<!DOCTYPE html>")
     charts = re.findall(r'<svg[^>]*data-chart="(\w+)"', page)
     assert charts == ["trajectory", "outcomes", "acceptance", "profile"]
@@ -223,15 +228,15 @@ def test_a_garbage_best_leir_is_not_verified(make_run, tmp_path):
     assert re.search(r"verified\s+NO", out.stdout)
 
 
-def test_profile_rows_are_numbered_by_their_kernel_line(make_run, tmp_path):
+def test_profile_rows_are_numbered_by_their_kernel_line(finished_run, finished_page):
     """The listing numbers the kernel's lines; the profile tables use the same numbers."""
-    f = run_facts(make_run())
+    f = run_facts(finished_run)
     best_lines = f["kernels"]["best"].splitlines()
     for op in f["profiles"]["best"]["ops"]:
         if op["op"] != "input":
             line = best_lines[op["line"] - 1].strip()
             assert line.startswith((f"{op['name']} = ", "return ")), (op, line)
-    page = render_html(f)
+    page = finished_page  # the same run's page
     assert html_rows(page)["line"][:2] == ["op", "name"]
     assert re.search(r"<td>\*?8</td><td class='text'><code>reciprocal", page)
 

@@ -103,9 +103,13 @@ def test_short_runs_keep_every_candidate(tmp_path):
     assert [json.loads(line) for line in open(tmp_path / "events.jsonl")] == events
 
 
-@pytest.mark.parametrize("rate", [50.0, pytest.param(5_000.0, marks=pytest.mark.slow)])
-def test_an_interval_holds_a_bounded_number_of_lines_whatever_the_rate(tmp_path, rate):
-    n = int(rate * INTERVAL_S * 2) + 20_000  # past the full-detail part, two intervals more
+@pytest.mark.parametrize("rate, detail", [
+    (50.0, 1_000),  # the fast tier: a shorter full-detail part before the same intervals
+    pytest.param(5_000.0, event_log.FULL_DETAIL_EVENTS, marks=pytest.mark.slow)])
+def test_an_interval_holds_a_bounded_number_of_lines_whatever_the_rate(tmp_path, rate, detail,
+                                                                      monkeypatch):
+    monkeypatch.setattr(event_log, "FULL_DETAIL_EVENTS", detail)
+    n = int(rate * INTERVAL_S * 2) + 2 * detail  # past the full-detail part, two intervals more
     log = BoundedEventLog(tmp_path / "events.jsonl")
     for e in candidates(n, rate=rate, error_kinds=10_000):
         log.write(e)

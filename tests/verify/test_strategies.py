@@ -66,10 +66,12 @@ def test_structured_inputs_are_inside_the_range_and_representable(s):
         _assert_inside_and_representable(s, build_inputs(s, recipes))
 
 
-@pytest.mark.parametrize("s", [pytest.param(awkward, marks=pytest.mark.slow),  # seconds
-                               masked], ids=lambda s: s.name)
-def test_drawn_inputs_are_inside_the_range_and_representable(s):
-    @settings(max_examples=60, deadline=None, database=None,
+@pytest.mark.parametrize("s, full", [
+    pytest.param(awkward, True, marks=pytest.mark.slow, id="awkward"),  # seconds
+    pytest.param(masked, False, id="masked-quick"),
+    pytest.param(masked, True, marks=pytest.mark.slow, id="masked-full")])
+def test_drawn_inputs_are_inside_the_range_and_representable(s, full):
+    @settings(max_examples=60 if full else 15, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
     @given(input_recipes(s))
     def drawn(recipes):
