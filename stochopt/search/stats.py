@@ -65,7 +65,7 @@ class RunStats:
 
     def snapshot(self) -> dict:
         now = time.time()
-        while self.recent and now - self.recent[0] >= 5.0:
+        while self.recent and now - self.recent[0][0] >= 5.0:
             self.recent.popleft()
         base = self.run["baseline_cycles"]
         return {"spec": self.run["spec"], "elapsed_s": self.elapsed(),

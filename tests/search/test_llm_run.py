@@ -202,3 +202,21 @@ def test_the_live_view_shows_why_the_llm_stopped_until_the_end():
     console.print(progress_view(stats.snapshot()))
     assert why in console.export_text()
     assert stats.llm_note() == why + "; the built-in proposers went on without it"
+
+
+def test_the_live_rate_counts_the_events_of_the_last_five_seconds(monkeypatch):
+    from stochopt.search import stats as stats_module
+    now = [1000.0]
+    monkeypatch.setattr(stats_module.time, "time", lambda: now[0])
+    stats = stats_module.RunStats({"spec": "softmax", "budget_s": 60.0,
+                                   "baseline_cycles": 7652, "roofline_cycles": 1536}, {}, 0.0)
+    event = {"proposer": "mutate", "move": "swap", "outcome": "rejected", "error": None}
+    for _ in range(10):  # ten at t = 1000
+        stats.add(event)
+    now[0] = 1003.0
+    for _ in range(5):   # five more at t = 1003
+        stats.add(event)
+    assert stats.snapshot()["rate"] == 15 / 5.0
+    now[0] = 1005.5      # the first ten are older than five seconds
+    assert stats.snapshot()["rate"] == 5 / 5.0
+    assert stats.proposals == 15
