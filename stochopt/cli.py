@@ -15,8 +15,10 @@ from rich.text import Text
 from stochopt.errors import StochoptError
 from stochopt.report.words import plural
 
-console = Console()
-err_console = Console(stderr=True)
+# Lines are never broken by the console: a path or a command in a message must survive
+# being copied from a log or a narrow terminal (tables still fit the width)
+console = Console(soft_wrap=True)
+err_console = Console(stderr=True, soft_wrap=True)
 
 
 class _Group(click.Group):

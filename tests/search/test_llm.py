@@ -189,8 +189,8 @@ def test_429_is_retried_after_the_time_the_server_asks_for(softmax, server, tmp_
 
 def test_server_errors_broken_json_and_timeouts_are_retried(softmax, server, tmp_path):
     server.push(error(500), error(503), raw("{'choices': [oops"), raw("<html>bad gateway</html>",
-                content_type="text/html"), slow(1), reply(block(FAST)))
-    chain, llm = make_chain(softmax, server, tmp_path, timeout_s=0.2, retries=5)
+                content_type="text/html"), slow(2), reply(block(FAST)))
+    chain, llm = make_chain(softmax, server, tmp_path, timeout_s=0.5, retries=5)
     event = chain.step()[0]
     llm.close()
     assert event["outcome"] == "best"
