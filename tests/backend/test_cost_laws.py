@@ -80,34 +80,29 @@ def _check_links(profile):
             assert (moving[1], moving[2]) == (a, b) and 0 < work <= b - a
 
 
-@pytest.mark.parametrize("full", QUICK_AND_FULL)
-def test_laws_hold_on_small_kernels(full):
-    @examples(full, quick=QUICK)
-    @given(kernels(machine=SMALL, max_ops=14))
+def _laws_hold(full: bool, machine, count: int | None = None, **shape) -> None:
+    """The cost laws on generated kernels of this shape (kernels(...)), on `machine`."""
+    @examples(full, quick=QUICK, count=count)
+    @given(kernels(machine=machine, **shape))
     def law(kernel):
-        _check_laws(kernel, SMALL)
+        _check_laws(kernel, machine)
 
     law()
+
+
+@pytest.mark.parametrize("full", QUICK_AND_FULL)
+def test_laws_hold_on_small_kernels(full):
+    _laws_hold(full, SMALL, max_ops=14)
 
 
 @pytest.mark.parametrize("full", QUICK_AND_FULL)
 def test_laws_hold_under_memory_pressure(full):
-    @examples(full, quick=QUICK, count=40)
-    @given(kernels(machine=SMALL, max_ops=16, dims=BIG_DIMS))
-    def law(kernel):
-        _check_laws(kernel, SMALL)
-
-    law()
+    _laws_hold(full, SMALL, count=40, max_ops=16, dims=BIG_DIMS)
 
 
 @pytest.mark.parametrize("full", QUICK_AND_FULL)
 def test_laws_hold_on_mncore2(full):
-    @examples(full, quick=QUICK, count=40)
-    @given(kernels(machine=MNCORE2, max_ops=16, dims=BIG_DIMS + (256,)))
-    def law(kernel):
-        _check_laws(kernel, MNCORE2)
-
-    law()
+    _laws_hold(full, MNCORE2, count=40, max_ops=16, dims=BIG_DIMS + (256,))
 
 
 @pytest.mark.parametrize("full", QUICK_AND_FULL)
