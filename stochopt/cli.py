@@ -15,8 +15,9 @@ from rich.text import Text
 from stochopt.errors import StochoptError
 from stochopt.report.words import plural
 
-# Lines are never broken by the console: a path or a command in a message must survive
-# being copied from a log or a narrow terminal (tables still fit the width)
+# A message's line is never broken by the console: a path or a command in it must survive
+# being copied from a log or a narrow terminal; tables are printed to fit the width
+# (soft_wrap=False), as the live view is
 console = Console(soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
 
@@ -101,8 +102,8 @@ def run(ctx: click.Context, kernel_path: str, seed: int, show_profile: bool, as_
                   f"  bottleneck {profile.bottleneck()}"
                   f"  critical path {profile.critical_path_cycles}")
     if show_profile:
-        console.print(profile_table(profile, kernel))
-        console.print(resource_table(profile))
+        console.print(profile_table(profile, kernel), soft_wrap=False)
+        console.print(resource_table(profile), soft_wrap=False)
 
 
 @main.command()
@@ -162,7 +163,7 @@ def specs(as_json: bool, machine: str) -> None:
                       str(r["baseline_cycles"]),
                       f"{100 * r['roofline_cycles'] / r['baseline_cycles']:.1f}%",
                       f"{100 * r['bound_cycles'] / r['baseline_cycles']:.1f}%", r["bound"])
-    console.print(table)
+    console.print(table, soft_wrap=False)
 
 
 @main.command()
@@ -444,7 +445,7 @@ def report(run_dir: str, as_json: bool, html_path: str | None) -> None:
     elif not html_path:
         from stochopt.report.terminal import report_view
 
-        console.print(report_view(facts, width=console.width))
+        console.print(report_view(facts, width=console.width), soft_wrap=False)
 
 
 def _write_text(path: str, text: str) -> None:
