@@ -187,6 +187,11 @@ def _follow(k: Kernel, start: tuple[int, int]) -> dict[int, int]:
             continue
         if k.nodes[i].op == "reshape":  # reached from a reader: its own rule is not followed
             raise refuse(k, i, "the tiled axis does not go through reshape", WHAT)
+        if k.nodes[i].op in ("slice", "concat") and \
+                not any(a == ax for a, _, _ in _links(k, i)):
+            # its operand's axis is longer than its own: tile t would need the operand's
+            # t-th part of the cut, not the t-th part of the whole
+            raise refuse(k, i, f"it cuts the tiled axis ({k.nodes[i].op})", WHAT)
         axis_of[i] = ax
         queue.extend(edges.get((i, ax), []))
     return axis_of

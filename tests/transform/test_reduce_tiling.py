@@ -105,3 +105,18 @@ def test_tiling_a_reduced_axis_of_any_kernel_keeps_values_or_refuses_clearly(ker
 @given(kernel=kernels(max_ops=10), data=st.data())
 def test_tiling_a_reduced_axis_keeps_values_or_refuses_quick(kernel, data):
     _tiling_a_reduced_axis_keeps_values_or_refuses_clearly(kernel, data)
+
+
+def test_an_axis_cut_by_a_slice_is_refused_not_tiled_from_the_wrong_rows():
+    """Found by the random-kernel property: the reduced axis (4) is a slice of a longer
+    one (6). Each tile must read its own part of the cut, and tiling the slice's bounds
+    as if its operand were tiled too gave every tile rows 0:2 (wrong values)."""
+    kernel = parse('''def k(x: "f32[2,6,2] @ dram") -> "f32[2] @ dram":
+    v = load(x, "(2,6,2)/((2),(6),(2_L1B))")
+    s = v[0:2, 0:4, 0:2]
+    r = reduce_sum(s, axis=0)
+    return store(-reduce_sum(r, axis=0))
+''', SMALL)
+    [site] = where_tile_reduction(kernel)
+    with pytest.raises(ConstraintError, match="slice .*cuts the tiled axis"):
+        tile_reduction(kernel, site, SMALL)
