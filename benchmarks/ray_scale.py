@@ -39,6 +39,7 @@ import statistics
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,27 +60,26 @@ def ray_run(nodes: int, budget: str, seed: int, run_dir: Path, proposer: str,
     from stochopt.search import optimize
     from stochopt.search.ray_executor import connect
 
-    everything = os.sched_getaffinity(0)
-    if pin:  # the head node (started from here) and this driver on core 0
-        os.sched_setaffinity(0, {0})
-    cluster = Cluster(initialize_head=True, head_node_args={**NODE, "include_dashboard": False})
-    try:
-        for k in range(1, nodes):
-            before = set(_tree_cpu())
-            cluster.add_node(**NODE)
-            if pin:  # the node's raylet and agents; the workers it starts inherit it
-                _pin(set(_tree_cpu()) - before, k)
-        cluster.wait_for_nodes()
-        connect(cluster.address)
-        settle_s = _settle()
-        watch = CpuWatch()
-        result = optimize(SOFTMAX, budget=budget, seed=seed, run_dir=str(run_dir),
-                          ray=cluster.address, proposer=proposer)
-        cpu_s = watch.stop()
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-        os.sched_setaffinity(0, everything)
+    # pinned: the head node (started from here) and this driver on core 0
+    with _on_cores({0} if pin else None):
+        cluster = Cluster(initialize_head=True,
+                          head_node_args={**NODE, "include_dashboard": False})
+        try:
+            for k in range(1, nodes):
+                before = set(_tree_cpu())
+                cluster.add_node(**NODE)
+                if pin:  # the node's raylet and agents; the workers it starts inherit it
+                    _pin(set(_tree_cpu()) - before, k)
+            cluster.wait_for_nodes()
+            connect(cluster.address)
+            settle_s = _settle()
+            watch = CpuWatch()
+            result = optimize(SOFTMAX, budget=budget, seed=seed, run_dir=str(run_dir),
+                              ray=cluster.address, proposer=proposer)
+            cpu_s = watch.stop()
+        finally:
+            ray.shutdown()
+            cluster.shutdown()
     return {**_row(f"ray, {nodes} node(s)", result, run_dir), "settle_s": settle_s,
             "cpu_s": cpu_s, "pinned": pin}
 
@@ -87,15 +87,23 @@ def ray_run(nodes: int, budget: str, seed: int, run_dir: Path, proposer: str,
 def local_run(chains: int, budget: str, seed: int, run_dir: Path, proposer: str,
               pin: bool) -> dict:
     from stochopt.search import optimize
-    everything = os.sched_getaffinity(0)
-    if pin:  # N chains on N cores, with the driver and the check worker
-        os.sched_setaffinity(0, set(range(chains)))
-    try:
+    # pinned: N chains on N cores, with the driver and the check worker
+    with _on_cores(set(range(chains)) if pin else None):
         result = optimize(SOFTMAX, budget=budget, seed=seed, chains=chains,
                           run_dir=str(run_dir), proposer=proposer)
+    return {**_row(f"local, {chains} chain(s)", result, run_dir), "pinned": pin}
+
+
+@contextmanager
+def _on_cores(cores: set[int] | None):
+    """This process, and what it starts meanwhile, on these cores (None: as it was)."""
+    everything = os.sched_getaffinity(0)
+    if cores is not None:
+        os.sched_setaffinity(0, cores)
+    try:
+        yield
     finally:
         os.sched_setaffinity(0, everything)
-    return {**_row(f"local, {chains} chain(s)", result, run_dir), "pinned": pin}
 
 
 def _pin(pids: set[int], core: int) -> None:

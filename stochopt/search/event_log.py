@@ -176,7 +176,7 @@ class BoundedEventLog:
             self.notable = self.sampled = 0
 
     def _close_interval(self) -> None:
-        if self.aggregate.candidates:
+        if self.aggregate.counts:
             self._line(self.aggregate.line())
         self.aggregate = _Aggregate()
 
@@ -202,7 +202,7 @@ class _Aggregate:
     thousands a second."""
 
     def __init__(self) -> None:
-        self.candidates = self.tokens = 0
+        self.tokens = 0
         self.cost_usd = 0.0
         self.t0 = math.inf
         self.t1 = 0.0
@@ -214,7 +214,6 @@ class _Aggregate:
             self.t0 = float(t)
         if t > self.t1:
             self.t1 = float(t)
-        self.candidates += 1
         if event.get("tokens"):
             self.tokens += int(event["tokens"])
         if event.get("cost_usd"):
@@ -236,7 +235,8 @@ class _Aggregate:
                 cycles[str(bucket)] = cycles.get(str(bucket), 0) + n
         taken = sum(n for (_, _, outcome, _), n in self.counts.items() if outcome in TAKEN)
         return {"kind": AGGREGATE, "t0": round(self.t0, 4), "t1": round(self.t1, 4),
-                "candidates": self.candidates, "taken": taken, "tokens": self.tokens,
+                "candidates": sum(self.counts.values()), "taken": taken,
+                "tokens": self.tokens,
                 "cost_usd": round(self.cost_usd, 6), "chains": chains,
                 "outcomes": outcomes, "cycles": cycles}
 
