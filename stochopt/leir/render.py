@@ -83,6 +83,11 @@ def _static(kind: str, value) -> str:
     return repr(value)
 
 
+def value_names(kernel: Kernel) -> list[str]:
+    """Each node's name as render() writes it (unique, never a reserved word)."""
+    return _unique_names(kernel)
+
+
 def _unique_names(kernel: Kernel) -> list[str]:
     taken: set[str] = set()
     out = []

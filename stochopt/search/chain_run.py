@@ -69,7 +69,7 @@ class ChainRun:
         descends as greedy with seed s does. It stops at the chain's deadline with the
         steps taken; None if no rule helps."""
         seed = self.seed if self.config.opening_seed is None else self.config.opening_seed
-        proposed, _, steps, _ = descend(kernel, self.machine, self.objective.error,
+        proposed, _, steps, _, _ = descend(kernel, self.machine, self.objective.error,
                                         random.Random(seed),
                                         deadline=self.checks.deadline)
         return Candidate("rewrite", "fixpoint", proposed) if steps else None

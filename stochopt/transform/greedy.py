@@ -17,13 +17,14 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from stochopt.backend.cost import cost
 from stochopt.errors import StochoptError
 from stochopt.leir.ir import Kernel
 from stochopt.spec import Spec
-from stochopt.transform.rewrite import rewrites
+from stochopt.transform.plan import Step, every_step
 from stochopt.verify.check import check
 from stochopt.verify.screening import ScreeningSet
 
@@ -36,6 +37,15 @@ class GreedyResult:
     candidates: int
     seconds: float
     verified: bool
+    plan: list[Step] = field(default_factory=list)  # the steps, replayable (plan.py)
+
+
+class Descent(NamedTuple):
+    kernel: Kernel
+    cycles: int
+    steps: list[tuple[str, int]]   # (rule, cycles after it)
+    candidates: int                # rewrites tried
+    plan: list[Step]               # the steps taken, as a plan from the start kernel
 
 
 def greedy_fixpoint(kernel: Kernel, spec: Spec, machine, baseline: Kernel | None = None,
@@ -45,44 +55,47 @@ def greedy_fixpoint(kernel: Kernel, spec: Spec, machine, baseline: Kernel | None
     start = time.perf_counter()
     baseline = baseline or kernel
     screening = ScreeningSet(spec, baseline, machine, seed=seed)
-    current, cycles, steps, candidates = descend(kernel, machine, screening.error,
-                                                 random.Random(seed), max_steps)
+    current, cycles, steps, candidates, plan = descend(kernel, machine, screening.error,
+                                                       random.Random(seed), max_steps)
     verdict = check(current, spec, examples=examples, seed=seed, machine=machine,
                     baseline=baseline)
     if not verdict.equivalent:  # a lossy rewrite slipped through screening: start kernel
-        current, cycles, steps = kernel, cost(kernel, machine).cycles, []
+        current, cycles, steps, plan = kernel, cost(kernel, machine).cycles, [], []
     return GreedyResult(current, cycles, steps, candidates, time.perf_counter() - start,
-                        verdict.equivalent or not steps)
+                        verdict.equivalent or not steps, plan)
 
 
 def descend(kernel: Kernel, machine, screening_error: Callable[[Kernel], float],
             rng: random.Random, max_steps: int = 200, deadline: float | None = None
-            ) -> tuple[Kernel, int, list[tuple[str, int]], int]:
+            ) -> Descent:
     """The rewrite rules to a fixpoint, screened but not fully checked: at each step the
     rewrite that lowers the cycles most and keeps every screening input exact. Returns
-    the kernel, its cycles, the steps taken (rule, cycles after it) and how many
-    rewrites were tried. ``rng`` is for the rules that draw a parameter (a divisor).
-    Past ``deadline`` (time.monotonic) it stops with the steps already taken."""
+    the kernel, its cycles, the steps taken (rule, cycles after it), how many rewrites
+    were tried and the plan that replays the steps. ``rng`` is for the rules that draw a
+    parameter (a divisor). Past ``deadline`` (time.monotonic) it stops with the steps
+    already taken."""
     current, cycles = kernel, cost(kernel, machine).cycles
     steps: list[tuple[str, int]] = []
+    plan: list[Step] = []
     candidates = 0
     for _ in range(max_steps):
         options = []
-        for rule, out in rewrites(current, machine, rng):
+        for step, out in every_step(current, machine, rng):
             if deadline is not None and time.monotonic() > deadline:
-                return current, cycles, steps, candidates
+                return Descent(current, cycles, steps, candidates, plan)
             candidates += 1
             c = _cycles(out, machine)
             if c is not None and c < cycles:
-                options.append((c, rule.name, out))
+                options.append((c, step, out))
         options.sort(key=lambda o: o[0])
-        better = next(((c, name, out) for c, name, out in options
+        better = next(((c, step, out) for c, step, out in options
                        if screening_error(out) == 0), None)
         if better is None:
             break  # the fixpoint: no rule lowers the cycle count
-        cycles, name, current = better
-        steps.append((name, cycles))
-    return current, cycles, steps, candidates
+        cycles, step, current = better
+        steps.append((step.rule, cycles))
+        plan.append(step)
+    return Descent(current, cycles, steps, candidates, plan)
 
 
 def _cycles(out: Kernel | None | StochoptError, machine) -> int | None:

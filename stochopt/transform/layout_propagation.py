@@ -133,8 +133,15 @@ def where_gather_spread_factor(k: Kernel) -> list[tuple[int, int, int]]:
             for j, f in enumerate(factors) if f.level is not None]
 
 
+def gather_divisors(k: Kernel, site: tuple[int, int, int], machine=None) -> list[int]:
+    """How much of the spread factor at ``site`` may be made local: its divisors."""
+    i, axis, j = site
+    d = k.nodes[i].attr("layout").axes[axis][j].size
+    return [g for g in range(2, d + 1) if d % g == 0]
+
+
 def gather_spread_factor(k: Kernel, site: tuple[int, int, int], machine,
-                         rng=None) -> Kernel:
+                         rng=None, option: int | None = None) -> Kernel:
     """Make part of a spread factor local, d_L -> (d/g)_L, g, in every layout op that
     lays out an axis of the same size with the same factors (the axis as the values
     joined by elementwise ops, matmuls and transposes see it), so the change stays
@@ -145,8 +152,8 @@ def gather_spread_factor(k: Kernel, site: tuple[int, int, int], machine,
     lay: Layout = k.nodes[i].attr("layout")
     ref, size = lay.axes[axis], lay.shape[axis]
     d = ref[j].size
-    divisors = [g for g in range(2, d + 1) if d % g == 0]
-    g = rng.choice(divisors) if rng is not None else d
+    divisors = gather_divisors(k, site)
+    g = option if option is not None else rng.choice(divisors) if rng is not None else d
     new_axis = ref[:j] + (Factor(d // g, ref[j].level), Factor(g)) + ref[j + 1:]
     nodes = list(k.nodes)
     for t, n in enumerate(nodes):

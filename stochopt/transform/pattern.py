@@ -264,6 +264,10 @@ class Rule:
     apply: Callable[[Kernel, Any, Any, random.Random | None], Kernel | None]
     weight: float = 1.0  # how often the proposer picks it, among the rules that apply
     pattern: Pat | None = None  # local rules: the shape rewritten
+    # rules that draw a parameter: the values it may take at a site, ``(kernel, site,
+    # machine) -> list``; apply then takes ``option=`` (a plan's step names it) or draws
+    # it with ``rng.choice`` from this same list
+    options: Callable[[Kernel, Any, Any], list] | None = None
 
 
 @dataclass(frozen=True)

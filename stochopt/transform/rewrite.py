@@ -24,6 +24,7 @@ from stochopt.leir.rules import make_layout
 from stochopt.transform import algebraic_forms as forms
 from stochopt.transform.edit import common_subexpressions, rebuild
 from stochopt.transform.layout_propagation import (
+    gather_divisors,
     gather_spread_factor,
     propagate_layout,
     where_gather_spread_factor,
@@ -136,14 +137,24 @@ def _where_spread_over_more_of_the_tree(k: Kernel) -> list:
     return _spread_sites(k)
 
 
-def spread_over_more_of_the_tree(k: Kernel, site, machine, rng=None) -> Kernel | None:
+def spread_divisors(k: Kernel, site, machine) -> list[int]:
+    """The ways to cut the local factor at ``site`` over its level: divisors within the
+    level's fan-out."""
     i, neg_axis, j, level = site
     lay: Layout = k.nodes[i].attr("layout")
     size = lay.axes[neg_axis + len(lay.shape)][j].size
-    divisors = [d for d in range(2, min(size, machine.fanout[level]) + 1) if size % d == 0]
+    return [d for d in range(2, min(size, machine.fanout[level]) + 1) if size % d == 0]
+
+
+def spread_over_more_of_the_tree(k: Kernel, site, machine, rng=None,
+                                 option: int | None = None) -> Kernel | None:
+    i, neg_axis, j, level = site
+    lay: Layout = k.nodes[i].attr("layout")
+    divisors = spread_divisors(k, site, machine)
     if not divisors:
         return None
-    d = rng.choice(divisors) if rng is not None else divisors[-1]  # None: the widest
+    d = option if option is not None else \
+        rng.choice(divisors) if rng is not None else divisors[-1]  # None: the widest
     ref_axis = lay.axes[neg_axis + len(lay.shape)]
     nodes = list(k.nodes)
     for t, n in enumerate(nodes):
@@ -199,10 +210,11 @@ RULES: list[Rule] = [
     LOCAL["reassociate_broadcasts"],
     Rule("spread_over_more_of_the_tree", "split a local factor n of an axis into d_LEVEL x n/d "
       "in every layout that lays the axis out alike (replicate where it is broadcast)",
-         _where_spread_over_more_of_the_tree, spread_over_more_of_the_tree),
+         _where_spread_over_more_of_the_tree, spread_over_more_of_the_tree,
+         options=spread_divisors),
     Rule("gather_spread_factor", "split a spread factor d_LEVEL of an axis into (d/g)_LEVEL x g "
       "local in every layout that lays the axis out alike: longer DRAM runs, shorter trees",
-         where_gather_spread_factor, gather_spread_factor),
+         where_gather_spread_factor, gather_spread_factor, options=gather_divisors),
     Rule("tile_output", "store(f(x)) -> concat([store(f(x[tile t])) for t in tiles]): cut the "
       "output along an axis into 2, 4 or 8 blocks, each loaded, computed and stored on its "
       "own, the next block's loads issued ahead; shared values computed once",

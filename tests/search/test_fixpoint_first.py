@@ -88,7 +88,7 @@ def test_no_fixpoint_without_the_rewrite_arm_or_when_turned_off(softmax):
 def test_descent_past_its_deadline_stops_with_what_it_has(softmax):
     spec, baseline = softmax
     screening = ScreeningSet(spec, baseline, MNCORE2, seed=0)
-    kernel, cycles, steps, candidates = descend(baseline, MNCORE2, screening.error,
+    kernel, cycles, steps, candidates, _ = descend(baseline, MNCORE2, screening.error,
                                                 random.Random(0),
                                                 deadline=time.monotonic() - 1)
     assert (kernel, steps, candidates) == (baseline, [], 0)

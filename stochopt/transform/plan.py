@@ -1,0 +1,273 @@
+"""Transform plans: short sequences of named rewrites, each at a numbered site.
+
+One vocabulary for everything that strings rewrites together: the LLM chooses a plan
+from a menu of what applies to the current kernel, a compound move proposes one, the
+lookahead searches over them by the cost model alone, greedy's descent records the one
+it took, and a run keeps the plan of its best kernel so that it can be replayed on the
+same spec with other shapes.
+
+A ``Step`` names a rule of ``rewrite.RULES``, a site by its index in ``rule.find(kernel)``
+of the kernel the earlier steps made, and the rule's option where it takes one (the
+divisor of a spread or gathered factor). Rules keep meaning, so every plan whose steps
+apply gives a kernel with the spec's meaning; a step that no longer applies ends the
+plan, and the steps before it are the result.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from stochopt.backend.cost import cost
+from stochopt.errors import StochoptError
+from stochopt.leir.ir import Kernel
+from stochopt.leir.render import expression, value_names
+from stochopt.transform.pattern import Match, Rule
+from stochopt.transform.rewrite import RULES
+from stochopt.transform.weights import weighted_choice
+
+RULES_BY_NAME: dict[str, Rule] = {r.name: r for r in RULES}
+MAX_PLAN_STEPS = 8
+
+
+class PlanError(StochoptError):
+    """A step that does not apply to the kernel it is given."""
+
+
+@dataclass(frozen=True)
+class Step:
+    rule: str
+    site: int                  # index into rule.find(kernel) of the kernel it applies to
+    option: int | None = None  # the rule's parameter, for rules that take one
+
+    def to_json(self) -> list:
+        return [self.rule, self.site] + ([self.option] if self.option is not None else [])
+
+    @staticmethod
+    def from_json(data: Any) -> Step:
+        """A step as to_json wrote it: ``[rule, site]`` or ``[rule, site, option]``."""
+        ok = (isinstance(data, list | tuple) and len(data) in (2, 3)
+              and isinstance(data[0], str)
+              and all(isinstance(v, int) and not isinstance(v, bool) for v in data[1:]))
+        if not ok:
+            raise PlanError(f"a plan step is [rule, site] or [rule, site, option], got "
+                            f"{data!r:.80}")
+        return Step(data[0], data[1], data[2] if len(data) == 3 else None)
+
+    def describe(self) -> str:
+        option = "" if self.option is None else f", option {self.option}"
+        return f"{self.rule} at site {self.site}{option}"
+
+
+def plan_to_json(steps: Sequence[Step]) -> list[list]:
+    return [s.to_json() for s in steps]
+
+
+def plan_from_json(data: Any) -> list[Step]:
+    if not isinstance(data, list):
+        raise PlanError(f"a plan is a list of steps, got {type(data).__name__}")
+    return [Step.from_json(s) for s in data]
+
+
+def rule_named(name: str) -> Rule:
+    rule = RULES_BY_NAME.get(name)
+    if rule is None:
+        raise PlanError(f"no rewrite rule is named {name!r}",
+                        hint="rules: " + ", ".join(RULES_BY_NAME))
+    return rule
+
+
+def options_at(rule: Rule, kernel: Kernel, site: Any, machine) -> list:
+    """The option values the rule takes at a site; [None] for a rule that takes none."""
+    return rule.options(kernel, site, machine) if rule.options is not None else [None]
+
+
+def apply_step(kernel: Kernel, step: Step, machine) -> Kernel:
+    """The kernel the step makes; PlanError where it does not apply (no such site or
+    option, the rule declines, or the result would break a constraint)."""
+    rule = rule_named(step.rule)
+    sites = rule.find(kernel)
+    if not 0 <= step.site < len(sites):
+        raise PlanError(f"{step.rule} has {len(sites)} site(s) here, not site {step.site}")
+    site = sites[step.site]
+    options = options_at(rule, kernel, site, machine)
+    if step.option not in options:
+        raise PlanError(f"{step.rule} at site {step.site} takes option "
+                        f"{' or '.join(map(str, options)) or 'none here'}, not {step.option}")
+    try:
+        out = _apply(rule, kernel, site, step.option, machine)
+    except StochoptError as e:
+        raise PlanError(f"{step.rule} at site {step.site}: {e}") from None
+    if out is None:
+        raise PlanError(f"{step.rule} at site {step.site} changes nothing here")
+    return out
+
+
+def _apply(rule: Rule, kernel: Kernel, site: Any, option, machine) -> Kernel | None:
+    if rule.options is None:
+        return rule.apply(kernel, site, machine, None)
+    return rule.apply(kernel, site, machine, None, option=option)
+
+
+@dataclass
+class PlanResult:
+    kernel: Kernel
+    applied: list[Step] = field(default_factory=list)
+    stopped: str | None = None   # why the plan ended before its last step
+
+
+def apply_plan(kernel: Kernel, steps: Sequence[Step], machine) -> PlanResult:
+    """Apply the steps in order, each to the kernel the ones before made; the first step
+    that does not apply ends the plan with those before it."""
+    result = PlanResult(kernel)
+    for number, step in enumerate(steps, 1):
+        try:
+            result.kernel = apply_step(result.kernel, step, machine)
+        except PlanError as e:
+            result.stopped = f"step {number} ({step.rule}): {e}"
+            break
+        result.applied.append(step)
+    return result
+
+
+# -- every step, and one drawn at random ---------------------------------------------
+
+def every_step(kernel: Kernel, machine, rng: random.Random | None = None,
+               rules: Sequence[Rule] = RULES
+               ) -> Iterator[tuple[Step, Kernel | None | StochoptError]]:
+    """Every rule at every site, in RULES order: (the step, the kernel it makes, or None
+    where the rule declines, or the StochoptError that refused it). A rule with options
+    takes one drawn from ``rng`` (as the rule itself would draw it), or with no ``rng``
+    is tried once per option."""
+    for rule in rules:
+        for index, site in enumerate(rule.find(kernel)):
+            if rule.options is None:
+                chosen: list = [None]
+            else:
+                options = rule.options(kernel, site, machine)
+                chosen = options if rng is None else [rng.choice(options)] if options else []
+                if not chosen:
+                    yield Step(rule.name, index), None
+                    continue
+            for option in chosen:
+                try:
+                    out = _apply(rule, kernel, site, option, machine)
+                except StochoptError as e:
+                    out = e
+                yield Step(rule.name, index, option), out
+
+
+def random_step(kernel: Kernel, rng: random.Random, machine,
+                weights: Mapping[str, float] | None = None, rules: Sequence[Rule] = RULES
+                ) -> Step | None:
+    """A rule drawn by weight among those that apply here, a site and an option drawn
+    uniformly: the rewrite proposer's draw, as a step (None: no rule applies)."""
+    applicable = [(r, s) for r in rules for s in [r.find(kernel)] if s]
+    if not applicable:
+        return None
+    rule, sites = weighted_choice(rng, applicable, [r.name for r, _ in applicable],
+                                  [r.weight for r, _ in applicable], weights)
+    index = rng.randrange(len(sites))
+    if rule.options is None:
+        return Step(rule.name, index)
+    options = rule.options(kernel, sites[index], machine)
+    return Step(rule.name, index, rng.choice(options)) if options else None
+
+
+# -- the menu: what applies to a kernel now, numbered ----------------------------------
+
+@dataclass(frozen=True)
+class Entry:
+    number: int          # 1, 2, ...: what a plan names
+    step: Step
+    where: str           # the site in the kernel's own words
+    cycles: int | None   # the kernel's cycles after this step alone, where estimated
+
+
+def menu(kernel: Kernel, machine, *, estimate: bool = True, limit: int | None = None,
+         deadline: float | None = None) -> list[Entry]:
+    """Every step that applies to the kernel now, numbered from 1. With ``estimate``
+    each is applied and costed (the kernel's cycles after it), and steps that refuse are
+    left out; past ``deadline`` (time.monotonic) the rest are listed unestimated. With
+    ``limit``, the ``limit`` steps the cost model likes best are kept, in rule order."""
+    names = value_names(kernel)
+    found: list[tuple[Step, int | None]] = []
+    for step, out in every_step(kernel, machine):
+        if deadline is not None and time.monotonic() > deadline:
+            estimate = False
+        if not estimate:
+            if out is not None and not isinstance(out, StochoptError):
+                found.append((step, None))
+            continue
+        if out is None or isinstance(out, StochoptError):
+            continue
+        try:
+            found.append((step, cost(out, machine).cycles))
+        except StochoptError:  # does not fit the machine: not worth a model's choice
+            continue
+    if limit is not None and len(found) > limit:
+        ranked = sorted(range(len(found)), key=lambda i: (found[i][1] is None,
+                                                          found[i][1] or 0, i))
+        found = [found[i] for i in sorted(ranked[:limit])]
+    sites = {name: RULES_BY_NAME[name].find(kernel) for name in {s.rule for s, _ in found}}
+    return [Entry(number, step, describe_site(kernel, step.rule, sites[step.rule][step.site],
+                                              names), cycles)
+            for number, (step, cycles) in enumerate(found, 1)]
+
+
+def render_menu(entries: Sequence[Entry], cycles_now: int | None = None) -> str:
+    """One line per entry: its number, rule, site, option and estimated effect."""
+    lines = []
+    for e in entries:
+        option = "" if e.step.option is None else f" [option {e.step.option}]"
+        effect = ""
+        if e.cycles is not None:
+            effect = f" -> {e.cycles} cycles"
+            if cycles_now:
+                effect += f" ({(e.cycles - cycles_now) / cycles_now:+.0%})"
+        lines.append(f"{e.number}. {e.step.rule} at {e.where}{option}{effect}")
+    return "\n".join(lines)
+
+
+def _node_text(kernel: Kernel, i: int, names: list[str]) -> str:
+    if kernel.nodes[i].op == "input":
+        return f"input {names[i]}"
+    text = f"{names[i]} = {expression(kernel.nodes[i], names)}"
+    return text if len(text) <= 90 else text[:87] + "..."
+
+
+def describe_site(kernel: Kernel, rule: str, site: Any, names: list[str] | None = None
+                  ) -> str:
+    """A site in the kernel's own words: the statement it rewrites, and what else the
+    site fixes (an axis, a tile count, a level)."""
+    names = names or value_names(kernel)
+    if isinstance(site, Match):
+        return f"`{_node_text(kernel, site.root, names)}`"
+    if isinstance(site, int):
+        return f"`{_node_text(kernel, site, names)}`"
+    if rule == "tile_output":
+        axis, tiles = site
+        return f"the output, axis {axis}, in {tiles} tiles"
+    if rule == "tile_reduction":
+        node, tiles = site
+        return f"`{_node_text(kernel, node, names)}` (its reduced axis) in {tiles} tiles"
+    if rule == "spread_over_more_of_the_tree":
+        node, axis, factor, level = site
+        axis += len(kernel.nodes[node].type.shape)
+        return f"`{_node_text(kernel, node, names)}`, axis {axis}, factor {factor} over {level}"
+    if rule == "gather_spread_factor":
+        node, axis, factor = site
+        return f"`{_node_text(kernel, node, names)}`, axis {axis}, spread factor {factor}"
+    if rule == "propagate_layout":
+        _, node = site
+        return f"`{_node_text(kernel, node, names)}`"
+    if rule == "split_matmul_operand_hi_lo":
+        node, side = site
+        return f"`{_node_text(kernel, node, names)}`, operand {side}"
+    if rule == "relayout_instead_of_reload":
+        _, node = site
+        return f"`{_node_text(kernel, node, names)}`"
+    return repr(site)[:80]
