@@ -50,7 +50,7 @@ def proposer_colors(facts: dict) -> dict[str, str]:
 def trajectory_svg(f: dict) -> str:
     """Best cycles over time as a step line, each step marked in its proposer's colour,
     with the baseline above and the roofline below."""
-    with _figure("trajectory", (10, 3.6)) as fig:
+    with _figure("trajectory", (10, 3.6), left=0.85, right=1.3, top=0.45) as fig:
         ax = fig.subplots()
         steps = f["improvements"]
         end = max(f["elapsed_s"], steps[-1]["t"] if steps else 0.0, 1e-3)
@@ -84,7 +84,8 @@ def outcomes_svg(f: dict) -> str:
     """Left: one bar per proposer, split by outcome as a share of its proposals. Right:
     each proposer's share of the cycles the search saved (what matters)."""
     names = list(f["proposers"])
-    with _figure("outcomes", (10, 1.1 + 0.45 * max(1, len(names)))) as fig:
+    with _figure("outcomes", (10, 1.1 + 0.45 * max(1, len(names))), left=1.35, right=0.2,
+                 top=0.4, wspace=0.14) as fig:
         ax, saving = fig.subplots(1, 2, sharey=True, width_ratios=[3, 1.2])
         outcomes = list(f["outcomes"])
         for i, name in enumerate(names):
@@ -125,7 +126,7 @@ def acceptance_svg(f: dict) -> str:
     """Share of candidates the chains moved to, per slice of time, over the number of
     candidates per second."""
     bins = f["timeline"]
-    with _figure("acceptance", (10, 2.8)) as fig:
+    with _figure("acceptance", (10, 2.8), left=0.85, right=0.85, top=0.35) as fig:
         ax = fig.subplots()
         rate_ax = ax.twinx()
         if bins:
@@ -161,7 +162,8 @@ def profile_svg(f: dict) -> str:
     used = {o["resource"] for _, p in profiles for o in p["ops"] if o["resource"]}
     rows = [r for r in order if r in used] + sorted(used - set(order)) or ["(no ops)"]
     end = max(p["cycles"] for _, p in profiles) or 1
-    with _figure("profile", (10, 1.4 + 0.9 * len(rows))) as fig:
+    with _figure("profile", (10, 1.4 + 0.9 * len(rows)), left=0.95, right=0.2, top=0.35,
+                 hspace=0.55) as fig:
         axes = fig.subplots(2, 1, sharex=True)
         for ax, (title, p) in zip(axes, profiles, strict=True):
             critical = set(p.get("critical_path", []))
@@ -194,13 +196,23 @@ def profile_svg(f: dict) -> str:
 # ---------------------------------------------------------------------------------
 
 @contextmanager
-def _figure(name: str, size: tuple[float, float]):
+def _figure(name: str, size: tuple[float, float], *, left: float, right: float,
+            top: float, bottom: float = 0.55, wspace: float = 0.2, hspace: float = 0.2):
+    """A figure with fixed margins, in inches (room for tick labels, the axis labels,
+    the labels on the right and the legend above). Not a layout engine: matplotlib
+    draws a figure twice to save it with one (once to lay it out), and the four charts
+    of a page are most of the time `stochopt report --html` takes."""
     import matplotlib
     from matplotlib.figure import Figure
 
+    width, height = size
     # a salt per chart keeps the ids of clip paths unique when the SVGs share a page
     with matplotlib.rc_context({**_STYLE, "svg.hashsalt": f"stochopt-{name}"}):
-        yield Figure(figsize=size, layout="constrained")
+        fig = Figure(figsize=size)
+        fig.subplots_adjust(left=left / width, right=1 - right / width,
+                            top=1 - top / height, bottom=bottom / height,
+                            wspace=wspace, hspace=hspace)
+        yield fig
 
 
 def _svg(fig, name: str) -> str:
