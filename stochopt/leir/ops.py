@@ -17,12 +17,12 @@ from dataclasses import dataclass
 from functools import cache, partial
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from stochopt.backend import op_costs as C
 from stochopt.leir import rules as R
 from stochopt.leir import tiling_rules as T
+from stochopt.leir.types import bfloat16
 
 REQUIRED = object()
 
@@ -224,7 +224,6 @@ register(Op(
 # ---------------------------------------------------------------------------------
 
 _REDUCE_FN = {"reduce_sum": np.sum, "reduce_max": np.max, "reduce_min": np.min}
-BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
 def _reduce(name):
@@ -238,12 +237,13 @@ def _native_reduce_sum(args, attrs, dtype: str) -> np.ndarray:
     as numpy does."""
     if dtype != "bf16":
         return _reduce("reduce_sum")(args, attrs)
+    bf16 = bfloat16()
     x = np.moveaxis(args[0].astype(np.float32), attrs["axis"], -1)
     while x.shape[-1] > 1:
         if x.shape[-1] % 2:
             x = np.concatenate([x, np.zeros(x.shape[:-1] + (1,), np.float32)], axis=-1)
-        x = (x[..., 0::2] + x[..., 1::2]).astype(BF16).astype(np.float32)
-    out = np.moveaxis(x, -1, attrs["axis"]).astype(BF16)
+        x = (x[..., 0::2] + x[..., 1::2]).astype(bf16).astype(np.float32)
+    out = np.moveaxis(x, -1, attrs["axis"]).astype(bf16)
     return out if attrs["keepdims"] else np.squeeze(out, axis=attrs["axis"])
 
 
@@ -346,3 +346,10 @@ register(Op(
 # the kernel's parameters: not callable, one node per input
 INPUT_OP = Op("input", INPUT, (), "a kernel parameter", None, None,
               lambda machine, ins, out, attrs: C.FREE, T.made_per_tile)
+
+
+def __getattr__(name: str):
+    # BF16, numpy's bf16 dtype, is made on first use: ml_dtypes is slow to import
+    if name == "BF16":
+        return bfloat16()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -6,16 +6,17 @@ import re
 from dataclasses import dataclass
 from math import prod
 
-import ml_dtypes
 import numpy as np
 
 from stochopt.errors import ConstraintError, ParseError
 from stochopt.leir.layout import Layout
 
-# name -> (numpy dtype of native values, bytes per element, is float)
-DTYPES: dict[str, tuple[np.dtype, int, bool]] = {
+# name -> (numpy dtype of native values, bytes per element, is float); bf16's numpy
+# dtype comes from ml_dtypes, whose extension takes a second or more to import: it is
+# looked up when a bf16 value is first made (native_dtype), not when stochopt starts
+DTYPES: dict[str, tuple[np.dtype | None, int, bool]] = {
     "f32": (np.dtype(np.float32), 4, True),
-    "bf16": (np.dtype(ml_dtypes.bfloat16), 2, True),
+    "bf16": (None, 2, True),
     "i32": (np.dtype(np.int32), 4, False),
     "bool": (np.dtype(np.bool_), 1, False),
 }
@@ -37,7 +38,14 @@ def is_float(dtype: str) -> bool:
 
 
 def native_dtype(dtype: str) -> np.dtype:
-    return DTYPES[dtype][0]
+    found = DTYPES[dtype][0]
+    return found if found is not None else bfloat16()
+
+
+def bfloat16() -> np.dtype:
+    """numpy's dtype for bf16 values (ml_dtypes'), imported on first use."""
+    import ml_dtypes
+    return np.dtype(ml_dtypes.bfloat16)
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,7 +47,9 @@ def test_at_least_ten_rules_are_pattern_entries_and_all_are_in_rules():
 def test_every_rule_takes_the_same_arguments():
     for rule in RULES:
         params = list(inspect.signature(rule.apply).parameters)
-        assert len(params) == 4, (rule.name, params)
+        # (kernel, site, machine, rng), and option= for the rules that list options
+        assert len(params) == 4 + (rule.options is not None), (rule.name, params)
+        assert (params[4:] == ["option"]) == (rule.options is not None), rule.name
 
 
 def test_a_name_bound_twice_must_bind_the_same_node():
