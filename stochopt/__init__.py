@@ -8,10 +8,10 @@ import os
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-# how kernels, verdicts and results show in Jupyter (stochopt/displayable.py's forms)
-import stochopt.notebook  # noqa: E402, F401
-from stochopt.api import load_kernel, optimize, run  # noqa: E402
 from stochopt.errors import ConstraintError, ParseError, StochoptError  # noqa: E402
+
+# stochopt.spec is a module and a function: importing the module binds the module to
+# the name, so the function is bound after it, here (the module is light)
 from stochopt.spec import Spec, TensorSpec, load_spec, spec, tensor  # noqa: E402
 from stochopt.version import __version__  # noqa: E402
 
@@ -19,16 +19,22 @@ __all__ = ["lower", "run", "verify", "optimize", "report", "load_kernel", "spec"
            "load_spec", "Spec", "TensorSpec", "StochoptError", "ParseError", "ConstraintError",
            "__version__"]
 
-# lower, verify and report are subpackages that call the API function of their name
-# (stochopt.api._CallablePackage); they are imported when first used, not here, so
-# that `import stochopt` and the CLI stay quick
+# The API's functions are imported when first used, so that `import stochopt`, the CLI and
+# the worker processes load only what they need. lower, verify and report are
+# subpackages that call the API function of their name (stochopt/callable_package.py).
+_WHERE = {"run": "stochopt.api", "optimize": "stochopt.api", "load_kernel": "stochopt.api"}
 _CALLABLE_SUBPACKAGES = ("lower", "verify", "report")
 
 
 def __getattr__(name: str):
+    import importlib
+
     if name in _CALLABLE_SUBPACKAGES:
-        import importlib
         return importlib.import_module(f"stochopt.{name}")
+    if name in _WHERE:
+        value = getattr(importlib.import_module(_WHERE[name]), name)
+        globals()[name] = value  # found once
+        return value
     raise AttributeError(f"module 'stochopt' has no attribute {name!r}")
 
 

@@ -16,11 +16,8 @@ Heavy modules are imported inside the functions so that `import stochopt` stays 
 from __future__ import annotations
 
 import dataclasses
-import inspect
-import sys
 import tempfile
 import textwrap
-import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -404,26 +401,3 @@ def _kernel_file(kernel: KernelLike, machine, scratch: Path) -> str:
     path = scratch / "init.leir"
     path.write_text(render(load_kernel(kernel, machine)))
     return str(path)
-
-
-# ---------------------------------------------------------------------------------
-# stochopt.lower, stochopt.verify and stochopt.report: functions and subpackages
-# ---------------------------------------------------------------------------------
-
-class _CallablePackage(types.ModuleType):
-    """A subpackage named like an API function. Python binds a subpackage to its name in
-    the parent package whenever it is imported, so a plain function of the same name
-    would be replaced by the module; instead the package itself calls the function.
-    Both `stochopt.verify(kernel, spec)` and `from stochopt.verify.check import ...`
-    (or `stochopt.verify.check`) keep working, whatever was imported first."""
-
-    def __call__(self, *args, **kwargs):
-        return globals()[self.__name__.rpartition(".")[2]](*args, **kwargs)
-
-
-def callable_package(module_name: str) -> None:
-    """Make the subpackage stochopt.NAME call stochopt.api.NAME (its __init__ does this)."""
-    package = sys.modules[module_name]
-    function = globals()[module_name.rpartition(".")[2]]
-    package.__class__ = _CallablePackage
-    package.__signature__ = inspect.signature(function)  # what Jupyter's ? and tab show

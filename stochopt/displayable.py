@@ -3,7 +3,7 @@ reports.
 
 It sits below leir so that any layer's values can inherit it. The forms themselves are
 stochopt/notebook.py's (they use the report's renderers); it registers them in
-``RENDERERS`` when imported, which ``import stochopt`` does.
+``RENDERERS`` when imported, which the first value shown does.
 """
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ class Displayable:
 
 
 def _renderer(obj, form: str) -> Callable:
+    if not RENDERERS:  # the first value shown: the forms are the notebook module's
+        import importlib
+        importlib.import_module("stochopt.notebook")
     for cls in type(obj).__mro__:
         found = RENDERERS.get((cls.__name__, form))
         if found is not None:

@@ -70,6 +70,15 @@ def test_lower_verify_and_report_are_both_functions_and_subpackages(kernel):
     assert callable(stochopt.report)
 
 
+def test_a_callable_subpackage_shows_the_api_function_s_signature():
+    from stochopt.callable_package import CallablePackage
+
+    for name in ("lower", "verify", "report"):
+        package = getattr(stochopt, name)
+        assert isinstance(package, CallablePackage)
+        assert inspect.signature(package) == inspect.signature(getattr(stochopt.api, name))
+
+
 def test_the_callable_subpackages_survive_any_import_order():
     code = ("import stochopt.search.optimize, stochopt.report.facts, stochopt\n"
             "import sys; sys.path.insert(0, '.')\n"
@@ -78,7 +87,7 @@ def test_the_callable_subpackages_survive_any_import_order():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["_CallablePackage", "softmax"]
+    assert out.stdout.split() == ["CallablePackage", "softmax"]
 
 
 # ---------------------------------------------------------------------------------

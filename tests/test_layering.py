@@ -15,7 +15,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "stochopt"
 # lowest first; a name is a subpackage or a top-level module of stochopt ("__init__" is
 # the package itself); names in one layer may import each other
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "version", "displayable", "machine", "durations", "rundir"),
+    ("errors", "version", "displayable", "machine", "durations", "rundir",
+     "callable_package"),
     ("leir",),
     ("spec", "backend"),
     ("verify", "lower"),
@@ -30,9 +31,10 @@ LAYERS: list[tuple[str, ...]] = [
 # (importing module, imported layer name) -> why this upward import stays
 ALLOWED: dict[tuple[str, str], str] = {
     ("stochopt.leir.ops", "backend"): "the op table names each op's cost rule",
-    ("stochopt.lower", "api"): "stochopt.lower(...) calls the API function of its name",
-    ("stochopt.verify", "api"): "stochopt.verify(...) calls the API function of its name",
-    ("stochopt.report", "api"): "stochopt.report(...) calls the API function of its name",
+    ("stochopt.callable_package", "api"): "stochopt.lower/verify/report(...) call the API "
+                                          "function of their name, found when called",
+    ("stochopt.displayable", "notebook"): "the first value Jupyter shows loads the forms "
+                                          "that the notebook module registers",
 }
 
 LAYER_OF = {name: index for index, names in enumerate(LAYERS) for name in names}
@@ -63,6 +65,10 @@ def imports(path: Path) -> list[tuple[int, str]]:
                 found.append((node.lineno, ".".join(base + [node.module or ""]).rstrip(".")))
             else:
                 found.append((node.lineno, node.module))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr == "import_module" and node.args
+              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            found.append((node.lineno, node.args[0].value))  # importlib.import_module("...")
     return [(line, name) for line, name in found if name.split(".")[0] == "stochopt"]
 
 
@@ -99,3 +105,19 @@ def test_the_walk_sees_imports_inside_functions():
     lazy = [target for line, target in imports(source)
             if not source.read_text().splitlines()[line - 1].startswith(("from", "import"))]
     assert "stochopt.leir.parser" in lazy
+
+
+def test_importing_the_verifier_loads_nothing_above_it():
+    """Every chain and check worker imports the verifier: it must not drag in the
+    search, the report, the notebook forms or the API (a fresh interpreter, so nothing
+    this test process imported counts)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, stochopt.verify, stochopt.lower\n"
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith(('stochopt.search', "
+            "'stochopt.report', 'stochopt.notebook', 'stochopt.api', 'stochopt.cli')))))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=PACKAGE.parent, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == []

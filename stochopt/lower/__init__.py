@@ -5,7 +5,7 @@ from stochopt.lower.trace import TraceError, trace
 
 __all__ = ["lower", "trace", "LoweringError", "TraceError"]
 
-# stochopt.lower(...) calls stochopt.api.lower: see _CallablePackage there
-from stochopt.api import callable_package  # noqa: E402
+# stochopt.lower(...) calls stochopt.api.lower (stochopt/callable_package.py)
+from stochopt.callable_package import callable_package  # noqa: E402
 
 callable_package(__name__)

@@ -15,7 +15,7 @@ from stochopt.verify.screening import ScreeningSet
 __all__ = ["check", "Verdict", "Counterexample", "certificate", "check_signature",
            "reference_output", "degenerate_warnings", "ScreeningSet", "range_facts"]
 
-# stochopt.verify(...) calls stochopt.api.verify: see _CallablePackage there
-from stochopt.api import callable_package  # noqa: E402
+# stochopt.verify(...) calls stochopt.api.verify (stochopt/callable_package.py)
+from stochopt.callable_package import callable_package  # noqa: E402
 
 callable_package(__name__)
