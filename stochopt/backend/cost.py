@@ -145,8 +145,10 @@ def _readers(kernel: Kernel, users: list[list[int]], i: int) -> list[int]:
 def _delivery(kernel: Kernel, users: list[list[int]], i: int, levels: frozenset[str]) -> str:
     """How tree result i must reach its readers (op_costs.DELIVERIES): not at all when
     only stores read it; all of it on every PE when a reader combines it with data spread
-    over the reduced ``levels`` (or does anything but local elementwise work or a move
-    with it); otherwise each PE its share."""
+    over the reduced ``levels``, or moves it to a layout that does not spread them, or
+    does anything but local elementwise work or a local move with it; otherwise (the
+    readers work on it where it lands, or relayout it to a spread of those levels) each
+    PE its share."""
     readers = _readers(kernel, users, i)
     if all(kernel.nodes[u].op == "store" for u in readers):
         return "none"
@@ -157,6 +159,10 @@ def _delivery(kernel: Kernel, users: list[list[int]], i: int, levels: frozenset[
             if n.op == "store" or u in seen:
                 continue
             seen.add(u)
+            if n.op == "relayout":  # to its share of a spread, or it needs all of it
+                if levels <= frozenset(n.type.layout.spread()):
+                    continue
+                return True
             if OPS[n.op].kind != ELEMENTWISE and n.op not in _MOVES:
                 return True
             if any(levels & frozenset(kernel.nodes[a].type.layout.spread())

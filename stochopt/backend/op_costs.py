@@ -198,6 +198,13 @@ def tree_reduce_cycles(machine, parts: dict[str, int], axis_units: dict[str, int
     """
     r = partial_bytes
     back = delivery != "none"
+
+    def shared(*levels: str) -> int:
+        """Of the results coming down through a link at ``levels``, the PEs below it
+        take all in a broadcast, and in a scatter only their share: 1 / (the axis'
+        units at those levels) of each."""
+        return prod(axis_units.get(lv, 1) for lv in levels) if delivery == "scatter" else 1
+
     l1b_rate, l2b_rate = _link_bytes(machine, "L1B"), _link_bytes(machine, "L2B")
     up = down = 0                                       # cycles of the l1b, l2b, dram levels
     work = dict.fromkeys(LINKS, 0)                      # link cycles, both ways
@@ -205,21 +212,22 @@ def tree_reduce_cycles(machine, parts: dict[str, int], axis_units: dict[str, int
     if "MAB" in axis_units or "PE" in axis_units:
         c_up = ceil(left * r / l1b_rate)
         left //= axis_units.get("MAB", 1) * axis_units.get("PE", 1)
-        c_down = ceil(left * r / l1b_rate) if back else 0
+        c_down = ceil(left * r / shared("L2B", "L1B") / l1b_rate) if back else 0
         up, down, work["l1b"] = up + c_up, down + c_down, c_up + c_down
     if "L1B" in axis_units or "L2B" in axis_units:
         left *= parts.get("L1B", 1)                     # partials under one L2B
         c_up = ceil(left * r / l2b_rate)
         left //= axis_units.get("L1B", 1)
-        c_down = ceil(left * r / l2b_rate) if back else 0
+        c_down = ceil(left * r / shared("L2B") / l2b_rate) if back else 0
         up, down, work["l2b"] = up + c_up, down + c_down, c_up + c_down
     if "L2B" in axis_units:                             # across L2Bs: the group ports
         moved = min(machine.l2b_per_group, parts.get("L2B", 1)) * left * r
         c = ceil(moved / machine.dram_bytes_per_cycle_per_group - 1e-9)
-        up, down, work["dram"] = up + c, down + (c if back else 0), c * (1 + back)
+        c_down = ceil(moved / shared("L2B") / machine.dram_bytes_per_cycle_per_group
+                      - 1e-9) if back else 0
+        up, down, work["dram"] = up + c, down + c_down, c + c_down
     port_up = ceil(r / machine.pe_port_bytes)           # each PE sends its partial
-    share = prod(axis_units.values()) if delivery == "scatter" else 1
-    port_down = ceil(r / share / machine.pe_port_bytes) if back else 0
+    port_down = ceil(r / shared(*LEVELS) / machine.pe_port_bytes) if back else 0
     work["pe"] = port_up + port_down
     levels = machine.latency["tree"] * len(axis_units)
     latency = levels if back else ceil(levels / 2)
