@@ -61,9 +61,9 @@ class Step:
     arg_shapes: tuple[tuple[int, ...], ...] = ()  # for matmul: a's and b's shapes
 
 
-def kernel_steps(kernel: Kernel) -> tuple[list[Step], int]:
-    """A kernel's nodes as Steps: a load is a READ (its DRAM operand is not a step the
-    bound needs), a store keeps its op. Returns the steps and the output's index."""
+def kernel_steps(kernel: Kernel) -> list[Step]:
+    """A kernel's nodes as Steps, one per node: a load is a READ (its DRAM operand is not
+    a step the bound needs), a store keeps its op."""
     live = _live(kernel)
     steps = []
     for i, n in enumerate(kernel.nodes):
@@ -71,7 +71,7 @@ def kernel_steps(kernel: Kernel) -> tuple[list[Step], int]:
         op = READ if n.op == "load" else n.op
         shapes = tuple(kernel.nodes[a].type.shape for a in n.inputs) if n.op == "matmul" else ()
         steps.append(Step(op, args, n.type.shape, n.type.dtype, live[i], shapes))
-    return steps, kernel.output
+    return steps
 
 
 def _live(kernel: Kernel) -> list[bool]:
@@ -285,7 +285,7 @@ def bound_of_kernel(kernel: Kernel, machine: Machine | str | None = None) -> int
     chain = None
     if any(alive and n.op == "load" for n, alive in zip(kernel.nodes, live, strict=True)):
         chain = chain_cycles(((n.op, n.inputs) for n in kernel.nodes), machine, live)
-    steps, _ = kernel_steps(kernel)
+    steps = kernel_steps(kernel)
     written = kernel.output_type.nbytes
     live_reads = {_source(kernel, n.inputs[0]) for n, s in zip(kernel.nodes, steps, strict=True)
                   if s.op == READ and s.live}

@@ -75,7 +75,9 @@ def test_no_kernel_in_the_repository_beats_its_bounds(full):
     assert checked >= len(files) - 1  # one corpus kernel does not fit in PE memory
 
 
+@cache
 def _greedy(spec_path: Path):
+    """A bundled spec's lowering and greedy's (screened) descent from it."""
     spec = load_spec(spec_path)
     base = lower(spec, MNCORE2)
     screening = ScreeningSet(spec, base, MNCORE2, seed=0)
@@ -143,7 +145,7 @@ def _hand_kernels() -> dict[str, Path]:
     return {p.stem: p for p in HAND.glob("*.leir")}
 
 
-@pytest.mark.slow  # greedy's descent on every bundled spec: about half a minute
+@pytest.mark.slow  # greedy's descent on every bundled spec (shared with the full twin above)
 def test_the_best_kernel_known_for_every_bundled_spec_is_within_reach_of_its_bound():
     hand = _hand_kernels()
     for path in bundled_spec_paths():
@@ -210,6 +212,6 @@ def test_the_tail_is_the_least_work_after_any_read():
     """softmax: from x, reduce_max, sub, exp, reduce_sum, div; the last read can only be
     x's, so all of it follows."""
     kernel = parse((ROOT / "docs/examples/softmax_plain.leir").read_text())
-    steps, _ = kernel_steps(kernel)
+    steps = kernel_steps(kernel)
     lat = MNCORE2.latency["vector"]
     assert tail_cycles(steps, MNCORE2) == (1 + lat) * 2 + (1 + lat) + (4 + lat) * 2
