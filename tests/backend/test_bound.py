@@ -215,3 +215,19 @@ def test_the_tail_is_the_least_work_after_any_read():
     steps = kernel_steps(kernel)
     lat = MNCORE2.latency["vector"]
     assert tail_cycles(steps, MNCORE2) == (1 + lat) * 2 + (1 + lat) + (4 + lat) * 2
+
+
+def test_docs_machine_md_states_each_bundled_specs_bound_and_best_kernel():
+    """Section 6's table: the bound after is the code's, a hand kernel costs what the
+    table says, and the ratio is its best over its bound."""
+    docs = (ROOT / "docs" / "machine.md").read_text()
+    rows = re.findall(r"^\| (\w+) \| [\d,]+ \| [\d,]+ \(\w+[ \w]*\) \| [\d.]+ \| ([\d,]+) \| "
+                      r"([\d,]+) \((\w+)\) \| ([\d.]+) \|$", docs, re.MULTILINE)
+    assert {r[0] for r in rows} == {p.stem for p in bundled_spec_paths()}
+    hand = _hand_kernels()
+    for name, bound, best, kernel, ratio in rows:
+        bound, best = int(bound.replace(",", "")), int(best.replace(",", ""))
+        assert bound == _spec_bound(f"specs/{name}.py"), name
+        assert f"{best / bound:.2f}" == ratio and best <= REACH * bound, name
+        if kernel == "hand":
+            assert cost(read_kernel_file(hand[name])[0], MNCORE2).cycles == best, name
