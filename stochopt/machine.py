@@ -38,6 +38,8 @@ class Machine:
     dram_burst_bytes: int = 64             # a DRAM group reads and writes whole bursts
     dma_runs_per_cycle: int = 2            # contiguous runs a group's DMA engine starts per cycle
     pe_port_words: int = 1                 # words per cycle a PE takes from / gives to the tree
+    dma_descriptors: int = 4               # transfers a DMA engine keeps in flight at once
+    copy_run_issue: int = 1                # cycles a local move spends starting each run
 
     @property
     def pes(self) -> int:

@@ -15,9 +15,18 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from math import ceil
 
-from stochopt.backend.op_costs import DRAM_EXTENT, LINKS, RESOURCES, STORED_ONLY, Work
+from stochopt.backend.op_costs import (
+    DELIVERY,
+    DRAM_EXTENT,
+    LINKS,
+    RESOURCES,
+    Work,
+    keeps_local_order,
+    reduced_levels,
+)
 from stochopt.errors import ConstraintError
 from stochopt.leir.ir import Kernel, op_of
+from stochopt.leir.ops import ELEMENTWISE, OPS
 from stochopt.leir.rules import Const
 from stochopt.machine import Machine, load_machine
 
@@ -73,14 +82,14 @@ class Profile:
 
 # per machine, each term's Work by its surroundings: a term fixes the op, its input and
 # output types and its attributes; with the few facts about its neighbours that some cost
-# rules read (DRAM extent, stored-only results) that is all a cost rule sees, so an
+# rules read (DRAM extent, how a tree result is delivered) that is all a cost rule sees, so an
 # unchanged node is never costed twice
 _WORK: dict[Machine, weakref.WeakKeyDictionary] = {}
 
 
 def op_work(kernel: Kernel, machine: Machine) -> list[Work]:
     """The Work of every node, from the op table's cost rules, each told what about its
-    surroundings its cost depends on (op_costs.DRAM_EXTENT, op_costs.STORED_ONLY).
+    surroundings its cost depends on (op_costs.DRAM_EXTENT, op_costs.DELIVERY).
     Cached per term and per those surroundings, so an unchanged node is costed once."""
     known = _WORK.get(machine)
     if known is None:
@@ -98,7 +107,9 @@ def op_work(kernel: Kernel, machine: Machine) -> list[Work]:
             context = ((DRAM_EXTENT, _whole_axes(n.type.shape,
                                                  _stored_root(kernel, users, i))),)
         elif n.op in _TREE_RESULTS:
-            context = ((STORED_ONLY, all(nodes[u].op == "store" for u in users[i])),)
+            levels = reduced_levels(n.op, [nodes[a].type for a in n.inputs], dict(n.attrs))
+            if levels:
+                context = ((DELIVERY, _delivery(kernel, users, i, levels)),)
         by_context = known.get(term)
         if by_context is None:
             by_context = known[term] = {}
@@ -112,6 +123,56 @@ def op_work(kernel: Kernel, machine: Machine) -> list[Work]:
 
 
 _TREE_RESULTS = frozenset({"reduce_sum", "reduce_max", "reduce_min", "matmul"})
+
+
+_MOVES = frozenset({"slice", "concat", "broadcast_to", "transpose"})
+
+
+def _readers(kernel: Kernel, users: list[list[int]], i: int) -> list[int]:
+    """The nodes that read node i's data, looking through free views (reshape, a
+    transpose that keeps local order): a view moves nothing, its readers read i."""
+    found = []
+    for u in users[i]:
+        n = kernel.nodes[u]
+        if n.op == "reshape" or (n.op == "transpose" and keeps_local_order(
+                kernel.nodes[i].type.layout, dict(n.attrs).get("perm"))):
+            found.extend(_readers(kernel, users, u))
+        else:
+            found.append(u)
+    return found
+
+
+def _delivery(kernel: Kernel, users: list[list[int]], i: int, levels: frozenset[str]) -> str:
+    """How tree result i must reach its readers (op_costs.DELIVERIES): not at all when
+    only stores read it; all of it on every PE when a reader combines it with data spread
+    over the reduced ``levels``, or moves it to a layout that does not spread them, or
+    does anything but local elementwise work or a local move with it; otherwise (the
+    readers work on it where it lands, or relayout it to a spread of those levels) each
+    PE its share."""
+    readers = _readers(kernel, users, i)
+    if all(kernel.nodes[u].op == "store" for u in readers):
+        return "none"
+
+    def needed_everywhere(v: int, seen: set[int]) -> bool:
+        for u in _readers(kernel, users, v):
+            n = kernel.nodes[u]
+            if n.op == "store" or u in seen:
+                continue
+            seen.add(u)
+            if n.op == "relayout":  # to its share of a spread, or it needs all of it
+                if levels <= frozenset(n.type.layout.spread()):
+                    continue
+                return True
+            if OPS[n.op].kind != ELEMENTWISE and n.op not in _MOVES:
+                return True
+            if any(levels & frozenset(kernel.nodes[a].type.layout.spread())
+                   for a in n.inputs if kernel.nodes[a].type.location == "pe"):
+                return True
+            if needed_everywhere(u, seen):
+                return True
+        return False
+
+    return "broadcast" if needed_everywhere(i, set()) else "scatter"
 
 
 def _whole_axes(region: tuple[int, ...], root: tuple[int, ...]) -> tuple[bool, ...]:
@@ -347,10 +408,14 @@ def _schedule(kernel: Kernel, works: list[Work], inputs: list[tuple[int, ...]],
     stages: list[tuple] = [()] * count
     carried: list[tuple] = [()] * count
     memory = _Memory(machine.pe_local_bytes)
+    landed: list[int] = []  # when each transfer issued so far lands, in queue order
     for i, w in enumerate(works):
         t = max((end[a] for a in inputs[i]), default=0)
         if w.stages:
             t = max(t, free[w.stages[0][0]])
+        if w.latency and len(landed) >= machine.dma_descriptors:
+            # every descriptor is in flight: the transfer waits for the oldest to land
+            t = max(t, landed[-machine.dma_descriptors])
         if size[i]:
             floor = min(free[r] for r in RESOURCES if later[i] & bit[r])
             fit = memory.earliest_fit(t, size[i], floor)
@@ -377,6 +442,8 @@ def _schedule(kernel: Kernel, works: list[Work], inputs: list[tuple[int, ...]],
         stages[i] = tuple(ran)
         t += w.latency  # a DMA transfer in flight: its queue is already free
         end[i] = release[i] = t
+        if w.latency:
+            landed.append(t)
         if size[i]:
             memory.hold(i, start[i], size[i])
         for r in (*(root[a] for a in inputs[i]), i):

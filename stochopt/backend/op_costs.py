@@ -94,12 +94,70 @@ class VectorCost:
                      units=out.layout.spread_units())
 
 
-def copy_cost(machine, ins, out: TensorType, attrs) -> Work:
-    """Local copies (slice, concat, broadcast_to, full, local reorder): one pass, no FLOPs."""
+def run_cycles(machine, run: int, local: int, lane_count: int) -> int:
+    """Cycles to move ``local`` elements per PE in contiguous runs of ``run`` elements.
+    A run costs its words, whole (a run shorter than a word still writes one), plus one
+    instruction to start it (its addresses), or one lane insert per element when that is
+    fewer (an element moved on its own carries its addresses in its instruction)."""
+    run = max(1, min(run, local))
+    return ceil(local / run) * min(run, machine.copy_run_issue + ceil(run / lane_count))
+
+
+def _move(machine, ins, out: TensorType, runs: list[tuple[int, int]]) -> Work:
+    """A local move writing ``out`` as pieces of (run, local elements): their runs, then
+    the vector latency once; no FLOPs (copies are not arithmetic)."""
+    lane_count = lanes(machine, out, *_tensors(ins))
+    cycles = sum(run_cycles(machine, run, local, lane_count) for run, local in runs)
     local = out.layout.local_elements()
-    cycles = _local_pass(machine, local, lanes(machine, out, *_tensors(ins)), 1)
-    return _work("vector", cycles, bytes=local * itemsize(out.dtype),
-                 units=out.layout.spread_units())
+    return _work("vector", cycles + machine.latency["vector"],
+                 bytes=local * itemsize(out.dtype), units=out.layout.spread_units())
+
+
+def copy_cost(machine, ins, out: TensorType, attrs) -> Work:
+    """A local copy written in one run (full, a local relayout)."""
+    local = out.layout.local_elements()
+    return _move(machine, ins, out, [(local, local)])
+
+
+def slice_cost(machine, ins, out: TensorType, attrs) -> Work:
+    """A dram slice is an address range (free); a pe slice copies stretches of its input,
+    a run ending where the slice cuts an axis (the cut axis' kept extent still runs)."""
+    if out.location == "dram":
+        return FREE
+    src, dst = ins[0].layout.local_shape(), out.layout.local_shape()
+    run = 1
+    for axis in range(len(dst) - 1, -1, -1):
+        run *= dst[axis]
+        if dst[axis] != src[axis]:
+            break
+    return _move(machine, ins, out, [(run, prod(dst))])
+
+
+def concat_cost(machine, ins, out: TensorType, attrs) -> Work:
+    """Stored tiles joined in DRAM are free (each store wrote its region); pe operands are
+    copied piece by piece, in runs of a piece's extent along the axis times the axes
+    inside it."""
+    if out.location == "dram":
+        return FREE
+    axis = attrs["axis"] % len(out.shape)
+    pieces = [x.layout.local_shape() for x in _tensors(ins)]
+    return _move(machine, ins, out, [(prod(p[axis:]), prod(p)) for p in pieces])
+
+
+def broadcast_cost(machine, ins, out: TensorType, attrs) -> Work:
+    """Expanding size-1 axes: a run is the innermost stretch that is either copied as it
+    is or filled with one element (the next axis out starts a new run either way)."""
+    dst = out.layout.local_shape()
+    src = (1,) * (len(dst) - len(ins[0].shape)) + ins[0].layout.local_shape()
+    run, kind = 1, None
+    for axis in range(len(dst) - 1, -1, -1):
+        if dst[axis] == 1:
+            continue
+        filled = src[axis] != dst[axis]
+        if kind is not None and filled != kind:
+            break
+        run, kind = run * dst[axis], filled
+    return _move(machine, ins, out, [(run, prod(dst))])
 
 
 # ---------------------------------------------------------------------------------
@@ -125,19 +183,28 @@ def _link_work(machine, nbytes: dict[str, float]) -> tuple[tuple[str, int], ...]
 
 
 def tree_reduce_cycles(machine, parts: dict[str, int], axis_units: dict[str, int],
-                       partial_bytes: int, back_down: bool = True
+                       partial_bytes: int, delivery: str = "broadcast"
                        ) -> tuple[int, tuple[tuple[str, int], ...]]:
-    """Combine partials across the levels in axis_units; send the result back down only
-    when a consumer needs it replicated on the PEs. Returns (cycles, link work).
+    """Combine partials across the levels in axis_units and deliver the result as its
+    consumers need it (``delivery``, see DELIVERIES). Returns (cycles, link work).
 
     ``parts``: distinct partials per level (units used); ``axis_units``: units of the
     reduced axis per level; ``partial_bytes``: one PE's partial. Every partial under an
     L1B crosses its link up (MAB, PE in the axis); then every partial left under an L2B
     crosses its link (L1B, L2B in the axis); partials of different L2Bs meet through the
     DRAM group ports (L2B in the axis). The way back down carries the combined results
-    only, broadcast. The tree latency is per level of a round trip; one way pays half.
+    once; a broadcast hands each PE all of them, a scatter each PE its share. The tree
+    latency is per level of a round trip; one way (nothing comes back down) pays half.
     """
     r = partial_bytes
+    back = delivery != "none"
+
+    def shared(*levels: str) -> int:
+        """Of the results coming down through a link at ``levels``, the PEs below it
+        take all in a broadcast, and in a scatter only their share: 1 / (the axis'
+        units at those levels) of each."""
+        return prod(axis_units.get(lv, 1) for lv in levels) if delivery == "scatter" else 1
+
     l1b_rate, l2b_rate = _link_bytes(machine, "L1B"), _link_bytes(machine, "L2B")
     up = down = 0                                       # cycles of the l1b, l2b, dram levels
     work = dict.fromkeys(LINKS, 0)                      # link cycles, both ways
@@ -145,24 +212,27 @@ def tree_reduce_cycles(machine, parts: dict[str, int], axis_units: dict[str, int
     if "MAB" in axis_units or "PE" in axis_units:
         c_up = ceil(left * r / l1b_rate)
         left //= axis_units.get("MAB", 1) * axis_units.get("PE", 1)
-        c_down = ceil(left * r / l1b_rate) if back_down else 0
+        c_down = ceil(left * r / shared("L2B", "L1B") / l1b_rate) if back else 0
         up, down, work["l1b"] = up + c_up, down + c_down, c_up + c_down
     if "L1B" in axis_units or "L2B" in axis_units:
         left *= parts.get("L1B", 1)                     # partials under one L2B
         c_up = ceil(left * r / l2b_rate)
         left //= axis_units.get("L1B", 1)
-        c_down = ceil(left * r / l2b_rate) if back_down else 0
+        c_down = ceil(left * r / shared("L2B") / l2b_rate) if back else 0
         up, down, work["l2b"] = up + c_up, down + c_down, c_up + c_down
     if "L2B" in axis_units:                             # across L2Bs: the group ports
         moved = min(machine.l2b_per_group, parts.get("L2B", 1)) * left * r
         c = ceil(moved / machine.dram_bytes_per_cycle_per_group - 1e-9)
-        up, down, work["dram"] = up + c, down + (c if back_down else 0), c * (1 + back_down)
-    port = ceil(r / machine.pe_port_bytes)              # each PE sends, and gets back
-    work["pe"] = port * (1 + back_down)
+        c_down = ceil(moved / shared("L2B") / machine.dram_bytes_per_cycle_per_group
+                      - 1e-9) if back else 0
+        up, down, work["dram"] = up + c, down + c_down, c + c_down
+    port_up = ceil(r / machine.pe_port_bytes)           # each PE sends its partial
+    port_down = ceil(r / shared(*LEVELS) / machine.pe_port_bytes) if back else 0
+    work["pe"] = port_up + port_down
     levels = machine.latency["tree"] * len(axis_units)
-    latency = levels if back_down else ceil(levels / 2)
+    latency = levels if back else ceil(levels / 2)
     # a trip crosses its levels one after the other; the PE port works alongside
-    cycles = max(up, port) + (max(down, port) if back_down else 0)
+    cycles = max(up, port_up) + (max(down, port_down) if back else 0)
     return cycles + latency, tuple((k, c) for k, c in work.items() if c)
 
 
@@ -175,28 +245,46 @@ def _axis_units(layout: Layout, axis: int, skip: tuple[str, ...] = ()) -> dict[s
 
 
 def reduce_cost(machine, ins, out: TensorType, attrs) -> Work:
-    """A local pass on the vector unit, then (for spread levels of the axis) the tree."""
+    """A local pass on the vector unit, then (for spread levels of the axis) the tree. An
+    axis with nothing local to combine skips the pass: each PE's partial is its own data,
+    which its port sends up as it is."""
     x = ins[0]
     local = x.layout.local_elements()
-    stages = [("vector", _local_pass(machine, local, lanes(machine, x), 1))]
-    axis_units = _axis_units(x.layout, attrs["axis"] % len(x.shape))
+    axis = attrs["axis"] % len(x.shape)
+    axis_units = _axis_units(x.layout, axis)
+    stages = []
+    if not axis_units or x.layout.local_shape()[axis] > 1:
+        stages.append(("vector", _local_pass(machine, local, lanes(machine, x), 1)))
     links: tuple[tuple[str, int], ...] = ()
     if axis_units:
         cycles, links = tree_reduce_cycles(machine, x.layout.spread(), axis_units,
-                                           out.local_bytes(), _back_down(attrs))
+                                           out.local_bytes(), _delivery(attrs))
         stages.append(("tree", cycles))
     return Work(tuple(stages), bytes=local * itemsize(x.dtype), flops=x.numel,
                 units=x.layout.spread_units(), links=links)
 
 
-STORED_ONLY = "_stored_only"  # context key (cost.op_work): every consumer is a store
+# How a tree result reaches its consumers (context key DELIVERY, set by cost.op_work):
+# "none": every consumer is a store (through free views), so the result stays where the
+# partials met; "scatter": consumers read it on the PEs but none combines it with data
+# spread over the reduced levels, so each PE gets its share (a reduce-scatter);
+# "broadcast": some consumer needs all of it on every PE (an all-reduce).
+DELIVERIES = ("none", "scatter", "broadcast")
+DELIVERY = "_delivery"
 DRAM_EXTENT = "_dram_extent"  # context key: per axis, does the transfer span the whole
 #                               DRAM tensor it reads or writes (a slice or a tile does not)
 
 
-def _back_down(attrs) -> bool:
-    """A tree result goes back down to the PEs unless it is only stored."""
-    return not attrs.get(STORED_ONLY, False)
+def _delivery(attrs) -> str:
+    return attrs.get(DELIVERY, "broadcast")
+
+
+def reduced_levels(op: str, ins, attrs) -> frozenset[str]:
+    """The levels a tree result of this op (a reduction or matmul) is combined over."""
+    x = ins[0]
+    if op == "matmul":
+        return frozenset(_axis_units(x.layout, len(x.shape) - 1, skip=("PE",)))
+    return frozenset(_axis_units(x.layout, attrs["axis"] % len(x.shape)))
 
 
 # ---------------------------------------------------------------------------------
@@ -226,7 +314,7 @@ def matmul_cost(machine, ins, out: TensorType, attrs) -> Work:
     links: tuple[tuple[str, int], ...] = ()
     if k_units:
         cycles, links = tree_reduce_cycles(machine, parts, k_units, out.local_bytes(),
-                                           _back_down(attrs))
+                                           _delivery(attrs))
         stages.append(("tree", cycles))
     maus = prod(u for lv, u in parts.items() if lv != "PE")
     return Work(tuple(stages), bytes=a.local_bytes() + b.local_bytes(),
@@ -360,11 +448,27 @@ def relayout_cost(machine, ins, out: TensorType, attrs) -> Work:
                 units=max(src.spread_units(), dst.spread_units()), links=links)
 
 
+def keeps_local_order(layout: Layout, perm: tuple[int, ...] | None) -> bool:
+    """Does a transpose by ``perm`` leave every PE's local data in its order (a free
+    relabelling)?"""
+    perm = perm or tuple(reversed(range(len(layout.shape))))
+    local = layout.local_shape()
+    moved = [p for p in perm if local[p] > 1]
+    return moved == sorted(moved)
+
+
 def transpose_cost(machine, ins, out: TensorType, attrs) -> Work:
-    """Free when only the axis labels change; a local pass when local data is reordered."""
+    """Free when only the axis labels change; a local move when local data is reordered,
+    in runs of the innermost axes that keep their order."""
     x = ins[0]
     perm = attrs["perm"] or tuple(reversed(range(len(x.shape))))
-    local_axes = [p for p in perm if x.layout.local_shape()[p] > 1]
-    if local_axes == sorted(local_axes):
+    if keeps_local_order(x.layout, perm):
         return FREE
-    return copy_cost(machine, ins, out, attrs)
+    local = x.layout.local_shape()
+    moved = [p for p in perm if local[p] > 1]
+    run, inner = 1, sorted(moved, reverse=True)  # in's axes, innermost first
+    for p, q in zip(reversed(moved), inner, strict=True):
+        if p != q:  # out's innermost axes run on only while they are in's, in order
+            break
+        run *= local[p]
+    return _move(machine, ins, out, [(run, prod(local))])

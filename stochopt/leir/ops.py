@@ -307,16 +307,11 @@ def _slice(args, attrs):
     return args[0][tuple(slice(lo, hi) for lo, hi in attrs["bounds"])]
 
 
-def _free_in_dram(machine, ins, out, attrs):
-    """Cost of slice and concat: free in DRAM (an address range), a local copy on the PEs."""
-    return C.FREE if out.location == "dram" else C.copy_cost(machine, ins, out, attrs)
-
-
 register(Op(
     "slice", SHAPE_OP, (_X, Param("bounds", BOUNDS)),
     "x[a:b, c:d]: static slice; of a dram tensor it is free, of a pe tensor the sliced axes "
     "must be local and it is a local copy",
-    R.slice_rule, _slice, _free_in_dram, T.slicing,
+    R.slice_rule, _slice, C.slice_cost, T.slicing,
     operator=SUBSCRIPT, written_as_operator=True))
 register(Op(
     "concat", SHAPE_OP, (Param("xs", TENSORS), Param("axis", AXIS)),
@@ -324,12 +319,12 @@ register(Op(
     "operand, other axes laid out alike (a local copy); or join stored tiles (dram results "
     "of store or concat) into the kernel's output, free: each store writes its region",
     R.concat_rule, lambda a, attrs: np.concatenate(a, axis=attrs["axis"]),
-    _free_in_dram, T.joining))
+    C.concat_cost, T.joining))
 register(Op(
     "broadcast_to", SHAPE_OP, (_X, Param("shape", SHAPE)),
     "broadcast_to(x, shape): expand size-1 axes locally (a local copy)",
     R.broadcast_to_rule, lambda a, attrs: np.broadcast_to(a[0], attrs["shape"]),
-    C.copy_cost, T.broadcasting))
+    C.broadcast_cost, T.broadcasting))
 
 # ---------------------------------------------------------------------------------
 # constants

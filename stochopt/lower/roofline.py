@@ -7,7 +7,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
-from stochopt.backend.bound import bound_cycles, least_op_cycles
+from stochopt.backend.bound import (
+    READ,
+    Step,
+    Traffic,
+    bound_cycles,
+    least_op_cycles,
+    link_floor_cycles,
+    tail_cycles,
+)
 from stochopt.backend.cost import peak_rates, roofline_cycles
 from stochopt.leir.types import itemsize
 from stochopt.lower.trace import TNode, trace
@@ -23,7 +31,7 @@ class SpecRoofline:
     dram_bytes: int          # inputs read once + output written once
     flops: dict[str, int]    # "matrix": 2MNK per matmul; "vector": one per element
     bound: str               # "dram" or "compute"
-    bound_cycles: int = 0    # the reachable bound: roofline plus issue and flights
+    bound_cycles: int = 0    # the reachable bound: roofline plus issue, flights and links
 
 
 def spec_roofline(spec: Spec, machine=None) -> SpecRoofline:
@@ -40,20 +48,44 @@ def spec_roofline(spec: Spec, machine=None) -> SpecRoofline:
             flops["vector"] += prod(t.args[0].shape)
         elif t.op not in FREE_OPS and t.op != "concat":
             flops["vector"] += prod(t.shape)
-    nbytes = sum(prod(t.shape) * itemsize(t.dtype) for t in spec.inputs.values())
-    nbytes += prod(out.shape) * itemsize(spec.output_dtype)
+    read = [prod(t.shape) * itemsize(t.dtype) for t in spec.inputs.values()]
+    written = prod(out.shape) * itemsize(spec.output_dtype)
+    nbytes = sum(read) + written
     cycles = roofline_cycles(nbytes, flops, machine)
     dram = nbytes / machine.dram_bytes_per_cycle
     rates = peak_rates(machine)
     compute = max(flops[u] / rates[u] for u in flops)
     chain: dict[int, int] = {}
     for t in order:  # inputs first: the longest chain of least op cycles to each node
-        own = least_op_cycles("reduce_sum" if t.op == "mean" else t.op, machine)
+        own = least_op_cycles(_op(t), machine)
         chain[id(t)] = own + max((chain[id(a)] for a in t.args if isinstance(a, TNode)),
                                  default=0)
-    reachable = bound_cycles(nbytes, len(spec.inputs) + 1, flops, chain[id(out)], machine)
+    steps = _steps(order)
+    reachable = bound_cycles(
+        nbytes, len(spec.inputs) + 1, flops, chain[id(out)], machine,
+        traffic=Traffic(sum(read), written, len(spec.inputs)),
+        tail_cycles=tail_cycles(steps, machine),
+        link_cycles=link_floor_cycles(steps, read, written, machine))
     return SpecRoofline(cycles, nbytes, flops, "dram" if dram >= compute else "compute",
                         reachable)
+
+
+def _op(t: TNode) -> str:
+    """The LEIR op a traced node becomes (a mean is a sum, then a scale)."""
+    return "reduce_sum" if t.op == "mean" else t.op
+
+
+def _steps(order: list[TNode]) -> list[Step]:
+    """The traced graph as the bound's Steps: inputs are what kernels read."""
+    index = {id(t): i for i, t in enumerate(order)}
+    steps = []
+    for t in order:
+        args = tuple(index[id(a)] for a in t.args if isinstance(a, TNode))
+        shapes = tuple(a.shape for a in t.args if isinstance(a, TNode)) \
+            if t.op == "matmul" else ()
+        steps.append(Step(READ if t.op == "input" else _op(t), args, t.shape, t.dtype,
+                          arg_shapes=shapes))
+    return steps
 
 
 def _program_order(out: TNode) -> list[TNode]:

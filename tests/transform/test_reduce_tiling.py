@@ -51,10 +51,11 @@ def test_softmax_attention_tiles_over_positions_and_keeps_meaning():
     verdict = check(tiled, spec, examples=8, baseline=kernel, seed=1)
     assert verdict.equivalent or (verdict.counterexample.mismatch.check == "range"
                                   and "exp(" in verdict.range_refusal)
-    # the schedule overlaps one tile's loads with the other's work; since the lowering
-    # loads k and v in whole bursts (2,814 cycles), tiling them no longer pays on this
-    # spec (3,394 scheduled), which is the search's to judge, not the rule's
-    assert cost(schedule(tiled, MNCORE2)).cycles < cost(tiled).cycles
+    # the schedule may only overlap one tile's loads with the other's work; since the
+    # lowering loads k and v in whole bursts (2,814 cycles), tiling them no longer pays
+    # on this spec (3,160, where the tiles' own order is already the best the list
+    # schedule finds), which is the search's to judge, not the rule's
+    assert cost(schedule(tiled, MNCORE2)).cycles <= cost(tiled).cycles
 
 
 def test_a_tensor_read_by_two_matmuls_is_loaded_once_per_tile():
