@@ -28,6 +28,7 @@ from stochopt.backend.cost import Profile, cost, roofline_of_kernel
 from stochopt.errors import ParseError, StochoptError
 from stochopt.leir.render import render
 from stochopt.llm.variants import FOCI
+from stochopt.tuning.memory import examples_text
 
 ROOT = Path(__file__).resolve().parents[2]   # the repository (prompts/ and docs/ live here)
 DEFAULT_PROMPTS = ROOT / "prompts"
@@ -58,6 +59,7 @@ FIELDS = {
         "machine_name": "the machine preset's name",
         "focus": "what this request asks for (its variant's focus)",
         "earlier_best": "an earlier, slower best kernel for contrast, or empty",
+        "examples": "slow -> fast pairs from earlier runs (the tuning database), or empty",
     },
     "failure.txt": {
         "number": "1, 2, ...", "outcome": "parse_error, invalid, wrong, rejected or accepted",
@@ -74,6 +76,7 @@ MAX_KERNEL_CHARS = 48_000     # longer kernels are cut in the prompt (they rarel
 MAX_PROFILE_ROWS = 40         # the costliest ops when there are more
 MAX_ERROR_CHARS = 800
 MAX_CODE_CHARS = 2500
+MAX_EXAMPLE_CHARS = 8000      # of the examples from earlier runs (the richer levels only)
 REFERENCE_LIMIT = 20_000      # characters per compacted document
 # for scripts and for developers, not for writing kernels
 DROP_SECTIONS = {"machine.md": ("The profile",), "leir.md": ("Adding an op",)}
@@ -195,8 +198,10 @@ class PromptBuilder:
     """Makes the messages for a spec on a machine at any level of LEVELS."""
 
     def __init__(self, templates: dict[str, str], spec, machine, baseline,
-                 roofline_cycles: int | None = None) -> None:
+                 roofline_cycles: int | None = None, examples: list[dict] | None = None
+                 ) -> None:
         self.templates, self.spec, self.machine = templates, spec, machine
+        self.examples = examples or []   # stochopt/tuning/memory.py's pairs
         self.baseline_cycles = cost(baseline, machine).cycles
         self.roofline_cycles = roofline_cycles or _roofline(spec, machine, baseline)
         self.summary = ", ".join(f"{k} {v}" for k, v in machine.summary().items()
@@ -278,6 +283,8 @@ class PromptBuilder:
             "machine_name": self.machine.name,
             "focus": FOCI.get(focus, FOCI["open"]).replace("$bottleneck", bottleneck),
             "earlier_best": self.earlier_best(earlier) if level.earlier_best else "",
+            "examples": examples_text(self.examples, kernel, MAX_EXAMPLE_CHARS)
+            if level.earlier_best else "",
         }
         return fill(self.templates["user.txt"], fields)
 

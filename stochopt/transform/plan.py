@@ -117,6 +117,7 @@ class PlanResult:
     kernel: Kernel
     applied: list[Step] = field(default_factory=list)
     stopped: str | None = None   # why the plan ended before its last step
+    skipped: list[str] = field(default_factory=list)  # replay_plan: the steps left out
 
 
 def apply_plan(kernel: Kernel, steps: Sequence[Step], machine) -> PlanResult:
@@ -129,6 +130,21 @@ def apply_plan(kernel: Kernel, steps: Sequence[Step], machine) -> PlanResult:
         except PlanError as e:
             result.stopped = f"step {number} ({step.rule}): {e}"
             break
+        result.applied.append(step)
+    return result
+
+
+def replay_plan(kernel: Kernel, steps: Sequence[Step], machine) -> PlanResult:
+    """apply_plan for a plan made on another kernel (the same spec at other shapes): a
+    step that does not apply is skipped, with why, and the rest go on. ``applied`` is
+    then a plan of this kernel that replays to the result."""
+    result = PlanResult(kernel)
+    for number, step in enumerate(steps, 1):
+        try:
+            result.kernel = apply_step(result.kernel, step, machine)
+        except PlanError as e:
+            result.skipped.append(f"step {number} ({step.rule}): {e}")
+            continue
         result.applied.append(step)
     return result
 
