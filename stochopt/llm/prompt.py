@@ -76,7 +76,6 @@ MAX_KERNEL_CHARS = 48_000     # longer kernels are cut in the prompt (they rarel
 MAX_PROFILE_ROWS = 40         # the costliest ops when there are more
 MAX_ERROR_CHARS = 800
 MAX_CODE_CHARS = 2500
-MAX_EXAMPLE_CHARS = 8000      # of the examples from earlier runs (the richer levels only)
 REFERENCE_LIMIT = 20_000      # characters per compacted document
 # for scripts and for developers, not for writing kernels
 DROP_SECTIONS = {"machine.md": ("The profile",), "leir.md": ("Adding an op",)}
@@ -170,15 +169,16 @@ class Level:
     code_chars: int       # of each failed candidate's text
     error_chars: int
     earlier_best: bool    # room for an earlier best kernel
+    example_chars: int    # of the slow -> fast examples from earlier runs
 
 
 LEVELS = (
-    Level("full", "full", "full", 4, MAX_CODE_CHARS, MAX_ERROR_CHARS, True),
-    Level("fewer failures", "full", "full", 2, 1200, MAX_ERROR_CHARS, True),
-    Level("critical path", "full", "critical", 2, 1200, MAX_ERROR_CHARS, False),
-    Level("focused reference", "focused", "critical", 2, 1200, 600, False),
-    Level("cheat sheet", "cheatsheet", "critical", 2, 1200, 600, False),
-    Level("minimal", "brief", "critical", 1, 600, 300, False),
+    Level("full", "full", "full", 4, MAX_CODE_CHARS, MAX_ERROR_CHARS, True, 8000),
+    Level("fewer failures", "full", "full", 2, 1200, MAX_ERROR_CHARS, True, 6000),
+    Level("critical path", "full", "critical", 2, 1200, MAX_ERROR_CHARS, False, 4000),
+    Level("focused reference", "focused", "critical", 2, 1200, 600, False, 3000),
+    Level("cheat sheet", "cheatsheet", "critical", 2, 1200, 600, False, 2500),
+    Level("minimal", "brief", "critical", 1, 600, 300, False, 0),
 )
 
 
@@ -283,8 +283,7 @@ class PromptBuilder:
             "machine_name": self.machine.name,
             "focus": FOCI.get(focus, FOCI["open"]).replace("$bottleneck", bottleneck),
             "earlier_best": self.earlier_best(earlier) if level.earlier_best else "",
-            "examples": examples_text(self.examples, kernel, MAX_EXAMPLE_CHARS)
-            if level.earlier_best else "",
+            "examples": examples_text(self.examples, kernel, level.example_chars),
         }
         return fill(self.templates["user.txt"], fields)
 

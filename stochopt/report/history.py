@@ -55,17 +55,18 @@ def _date(t: float | None) -> str:
 def runs_table(entry: dict, last: int = MOST_RUNS_SHOWN) -> Table:
     """One row per run, oldest first: when, where, how it started, what it reached."""
     runs = entry["runs"]
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False,
-                  caption=f"{len(runs) - last} earlier runs not shown"
-                  if len(runs) > last else None)
-    for col in ("started", "start", "from", "best", "bests", "stopped", "run directory"):
+    notes = ([f"{len(runs) - last} earlier runs not shown"] if len(runs) > last else []) + \
+        (["* this run"] if any(r.get("this_run") for r in runs[-last:]) else [])
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, caption="; ".join(notes) or None)
+    # a run by its folder's name, which names the spec and the time (--json: the path)
+    for col in ("started", "run", "start", "from", "best", "bests", "stopped by"):
         table.add_column(col, justify="right" if col in ("from", "best", "bests") else "left",
-                         no_wrap=col != "run directory", overflow="fold")
+                         no_wrap=col != "run", overflow="fold")
     for r in runs[-last:]:
-        table.add_row(_date(r["started"]), r["start"], str(r["start_cycles"] or "-"),
-                      str(r["best_cycles"] or "-"), str(len(r["bests"])),
-                      r["stopped_by"] or "running or killed",
-                      r["run_dir"] + (" (this run)" if r.get("this_run") else ""),
+        table.add_row(_date(r["started"]), Path(r["run_dir"]).name +
+                      (" *" if r.get("this_run") else ""), r["start"],
+                      str(r["start_cycles"] or "-"), str(r["best_cycles"] or "-"),
+                      str(len(r["bests"])), r["stopped_by"] or "-",
                       style="bold" if r.get("this_run") else None)
     return table
 
@@ -94,10 +95,11 @@ def history_view(entry: dict, width: int = 100) -> Group:
     if entry.get("error"):
         return Group(Text("history (tuning database)", style="bold"),
                      Text(f"note: {entry['db']}: {entry['error']}", style="yellow"))
-    return Group(Text(f"history in the tuning database ({len(entry['runs'])} runs of this "
-                      f"spec on {entry['machine']}; {entry['db']})", style="bold"),
-                 runs_table(entry), Text("cycles over time across runs (█ best, ░ gained in "
-                                         "the run)", style="dim"),
+    return Group(Text(f"history in the tuning database: {len(entry['runs'])} runs of this "
+                      f"spec on {entry['machine']}", style="bold"),
+                 Text(entry["db"], style="dim"), runs_table(entry),
+                 Text("cycles over time across runs (█ best, ░ gained in the run)",
+                      style="dim"),
                  history_bars(entry, width))
 
 

@@ -19,7 +19,7 @@ from stochopt.errors import StochoptError
 from stochopt.leir.ir import Kernel
 from stochopt.leir.render import render
 from stochopt.transform.plan import PlanError, plan_from_json
-from stochopt.tuning.store import TuningDB
+from stochopt.tuning.store import TuningDB, kernel_body, kernel_sha256
 
 POOL = 6            # pairs a run takes from the database
 MOST_SHOWN = 2      # pairs one prompt shows
@@ -75,9 +75,9 @@ def choose(pool: list[dict], kernel: Kernel, budget_chars: int,
     """The pairs a prompt about ``kernel`` shows: most similar first, none whose fast
     kernel is the kernel itself, as many as fit ``budget_chars`` (up to ``most``); each
     with whether its slow kernel fits too."""
-    text = render(kernel)
+    own = kernel_sha256(render(kernel))
     ops = kernel_ops(kernel)
-    ranked = sorted((p for p in pool if p["fast"].strip() != text.strip()),
+    ranked = sorted((p for p in pool if kernel_sha256(p["fast"]) != own),
                     key=lambda p: (-similarity(ops, p["ops"]), not p["same_spec"],
                                    p["fast_cycles"] / p["slow_cycles"]))
     chosen, left = [], budget_chars
@@ -108,9 +108,9 @@ def format_pair(pair: dict, number: int, with_slow: bool) -> str:
         lines += ["The rewrites that made it, in order:"]
         lines += [f"{i}. {step.describe()}" for i, step in enumerate(plan, 1)] + [""]
     if with_slow:
-        lines += ["Before:", "", "```leir", pair["slow"].rstrip(), "```", ""]
+        lines += ["Before:", "", "```leir", kernel_body(pair["slow"]).rstrip(), "```", ""]
     lines += ["After:" if with_slow else "The fast kernel:", "", "```leir",
-              pair["fast"].rstrip(), "```", ""]
+              kernel_body(pair["fast"]).rstrip(), "```", ""]
     return "\n".join(lines)
 
 

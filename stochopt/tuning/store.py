@@ -39,13 +39,18 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def kernel_sha256(text: str) -> str:
-    """A kernel's identity: its text without the leading comment lines (a kernel file's
-    '# spec:' and '# machine:' lines name where it was written, not what it is)."""
+def kernel_body(text: str) -> str:
+    """A kernel's text without its leading comment lines (a kernel file's '# spec:' and
+    '# machine:' lines say where it was written, not what it is)."""
     lines = text.strip().splitlines()
     while lines and lines[0].lstrip().startswith("#"):
         lines.pop(0)
-    return sha256_text("\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
+
+
+def kernel_sha256(text: str) -> str:
+    """A kernel's identity: the digest of its body."""
+    return sha256_text(kernel_body(text))
 
 
 def uid_of(*parts) -> str:

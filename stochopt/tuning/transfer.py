@@ -125,32 +125,30 @@ def move_weights(totals: dict[tuple[str, str], list[int]]) -> dict[str, float]:
     return weights
 
 
-def best_replay(kernel: Kernel, plans: list[list], machine, screening_error
-                ) -> tuple[Kernel, list[Step]] | None:
-    """The fastest kernel a plan replays to from ``kernel`` that keeps every screening
-    input exact, with the steps that applied; None when none is faster than ``kernel``."""
-    best, best_cycles = None, cost(kernel, machine).cycles
-    for plan in plans:
-        result = replay_plan(kernel, plan_from_json(plan), machine)
-        try:
-            cycles = cost(result.kernel, machine).cycles
-        except StochoptError:
-            continue
-        if cycles < best_cycles and screening_error(result.kernel) == 0:
-            best, best_cycles = (result.kernel, result.applied), cycles
-    return best
+def replayed_start(kernel: Kernel, plan: list, machine, screening_error
+                   ) -> tuple[Kernel, list[Step]] | None:
+    """The kernel a seed plan replays to from ``kernel``, with the steps that applied;
+    None when no step applies, or the result is not exact on the screening inputs."""
+    result = replay_plan(kernel, plan_from_json(plan), machine)
+    if not result.applied or screening_error(result.kernel) != 0:
+        return None
+    return result.kernel, result.applied
 
 
 def opening_starts(kernel: Kernel, plans: list[list], index: int, machine,
                    screening_error) -> list[tuple[Kernel, list[Step]]]:
     """Where chain ``index`` starts greedy's descent (its opening), with the steps that
-    lead there: the start kernel alone without seed plans; with them, odd chains from
-    the best replay, the first chain from both (it proposes the faster result, so a run
-    ends no slower than greedy), the other even chains from the start kernel."""
+    lead there. Without seed plans: the start kernel. With them (fastest replay first):
+    the first chain descends from the start kernel and from the first plan's replay and
+    proposes the faster result (so a run ends no slower than greedy); odd chains descend
+    from one plan's replay each, in turn (chain 1 the first, chain 3 the second, ...);
+    the other even chains from the start kernel. A replay may be slower than the start:
+    what counts is where the descent from it ends."""
     plain = [(kernel, [])]
     if not plans or (index % 2 == 0 and index > 0):
         return plain
-    replay = best_replay(kernel, plans, machine, screening_error)
+    replay = replayed_start(kernel, plans[(index // 2) % len(plans)], machine,
+                            screening_error)
     if replay is None:
         return plain
     return [replay] if index % 2 == 1 else plain + [replay]

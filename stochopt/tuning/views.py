@@ -55,6 +55,9 @@ def spec_history(db: TuningDB, spec_row: dict, machine: str, machine_name: str) 
         warm = kernels_by_uid.get(run["warm_from"]) or (db.kernel(run["warm_from"])
                                                         if run["warm_from"] else None)
         run["start_cycles"] = warm["cycles"] if warm else run["baseline_cycles"]
+        if run["best_cycles"] is None:  # still going, or killed: its bests so far
+            run["best_cycles"] = min([b["cycles"] for b in run["bests"] if not b["refuted"]]
+                                     + [run["start_cycles"] or 0], default=None) or None
     best = db.best_kernels(spec_row["fingerprint"], machine, limit=1)
     return {"spec": spec_row["name"], "fingerprint": spec_row["fingerprint"],
             "shapes": spec_row["shapes"], "machine": machine_name,
