@@ -9,6 +9,7 @@ from stochopt.cli import main
 from stochopt.lower import lower
 from stochopt.machine import MNCORE2
 from stochopt.report.facts import run_facts
+from stochopt.report.history import history_facts
 from stochopt.report.html import render_html
 from stochopt.spec import load_spec
 from stochopt.tuning.fingerprints import machine_print, spec_print
@@ -32,6 +33,7 @@ def test_the_history_lists_earlier_runs_and_marks_this_one(make_run, tmp_path):
     make_run("run", tuning=tuning)
     facts = run_facts(rd)
     history = facts["history"]
+    assert history == history_facts(json.loads((rd / "run.json").read_text()), rd)
     assert [(r["run_dir"], r["this_run"]) for r in history["runs"]] == \
         [("runs/earlier", False), (str(rd.resolve()), True)]
     assert history["runs"][1]["uid"] == mine["run"] != earlier["run"]

@@ -10,6 +10,7 @@ from stochopt.cli import main
 from stochopt.cli_settings import default_map
 from stochopt.settings import load_settings
 from stochopt.tuning.store import TuningDB, default_path
+from stochopt.tuning.views import history
 
 from .conftest import remember, softmax_at
 
@@ -44,6 +45,8 @@ def test_list_and_show_tell_the_same_history(filled):
             for r in listed] == [("softmax", "small", 2, 2, first["cycles"])]
     shown = json.loads(run("db", "show", "softmax", "--json", "--db", path).output)
     (entry,) = shown["entries"]
+    with TuningDB(path) as db:
+        assert history(db, "softmax") == shown
     assert [r["run_dir"] for r in entry["runs"]] == ["runs/one", "runs/two"]
     assert entry["best"]["cycles"] == first["cycles"] and entry["best"]["plan"] == \
         first["plan"]
