@@ -4,8 +4,12 @@ a database that fails, which never stops the run."""
 
 import json
 import time
+from pathlib import Path
+
+import pytest
 
 from stochopt.backend.cost import cost
+from stochopt.errors import StochoptError
 from stochopt.leir.render import render
 from stochopt.rundir import BEST_JSON, WARM_START_LEIR, atomic_write
 from stochopt.search.optimize import _write_best
@@ -16,6 +20,7 @@ from stochopt.tuning.runs import (
     kernel_row,
     plan_from_lowering,
     prepare,
+    remember_run_dir,
     start_line,
     starting_point,
 )
@@ -68,10 +73,17 @@ def start(tmp_path, run, spec, baseline):
     return rd, starting_point(rd, run, spec, SMALL, baseline, screening, time.time())
 
 
-def test_a_run_starts_from_the_databases_best_kernel_for_its_spec(tmp_path):
+def known(tmp_path, **remembered):
+    """softmax 16x512 and greedy's kernel for it, which the database at tmp_path/t.db
+    holds: (spec, baseline, kernel, plan, its row)."""
     spec, baseline, kernel, plan = softmax_at(16, 512)
     with TuningDB(tmp_path / "t.db") as db:
-        row = remember(db, spec, kernel, plan, run_dir="runs/first")
+        row = remember(db, spec, kernel, plan, **remembered)
+    return spec, baseline, kernel, plan, row
+
+
+def test_a_run_starts_from_the_databases_best_kernel_for_its_spec(tmp_path):
+    spec, baseline, kernel, plan, row = known(tmp_path, run_dir="runs/first")
     run = a_run(tmp_path, spec, tmp_path / "t.db")
     rd, found = start(tmp_path, run, spec, baseline)
     assert render(found[0], SMALL) == render(kernel, SMALL) and found[1] == row["proof"]["verdict"]
@@ -85,9 +97,7 @@ def test_a_run_starts_from_the_databases_best_kernel_for_its_spec(tmp_path):
 
 
 def test_cold_ignores_the_database_and_init_wins_over_it(tmp_path):
-    spec, baseline, kernel, plan = softmax_at(16, 512)
-    with TuningDB(tmp_path / "t.db") as db:
-        remember(db, spec, kernel, plan)
+    spec, baseline, *_ = known(tmp_path)
     run = a_run(tmp_path, spec, tmp_path / "t.db", cold=True)
     assert start(tmp_path, run, spec, baseline)[1] is None and run["init"] is None
     assert run["tuning"]["start"] == "lowering" and "seed_plans" not in run["config"]
@@ -97,9 +107,7 @@ def test_cold_ignores_the_database_and_init_wins_over_it(tmp_path):
 
 
 def test_a_kernel_proved_under_another_verifier_is_checked_first(tmp_path):
-    spec, baseline, kernel, plan = softmax_at(16, 512)
-    with TuningDB(tmp_path / "t.db") as db:
-        row = remember(db, spec, kernel, plan, verifier="0.0.1+000000000000")
+    spec, baseline, _, _, row = known(tmp_path, verifier="0.0.1+000000000000")
     run = a_run(tmp_path, spec, tmp_path / "t.db")
     _, found = start(tmp_path, run, spec, baseline)
     assert found is not None and run["tuning"]["warm_start"]["rechecked"]
@@ -179,11 +187,18 @@ def test_a_plan_from_the_warm_start_is_joined_to_the_warm_starts_own():
     assert plan_from_lowering({"plan": [["x"]], "plan_start": "lowering"}, {}) is None
 
 
-def test_the_recorder_writes_bests_statistics_and_the_end(tmp_path):
-    spec, _, kernel, plan = softmax_at(16, 512)
+def recording(tmp_path, notes=None):
+    """A run of softmax 16x512 that proved greedy's kernel, its recorder on
+    tmp_path/t.db: (run, run directory, recorder)."""
+    spec, _, kernel, _ = softmax_at(16, 512)
     run = a_run(tmp_path, spec, tmp_path / "t.db")
     rd = finished_run(tmp_path, spec, kernel)
-    recorder = RunRecorder(rd, run)
+    return run, rd, RunRecorder(rd, run, notes)
+
+
+def test_the_recorder_writes_bests_statistics_and_the_end(tmp_path):
+    run, rd, recorder = recording(tmp_path)
+    kernel = softmax_at(16, 512)[2]
     recorder.best(rd)
     recorder.stats({("rewrite", "tile_output"): [3, 1, 1]})
     recorder.end(rd, "budget")
@@ -198,9 +213,7 @@ def test_the_recorder_writes_bests_statistics_and_the_end(tmp_path):
 
 def test_a_best_that_failed_the_final_recheck_is_refuted(tmp_path):
     spec, baseline, kernel, _ = softmax_at(16, 512)
-    run = a_run(tmp_path, spec, tmp_path / "t.db")
-    rd = finished_run(tmp_path, spec, kernel)
-    recorder = RunRecorder(rd, run)
+    _, rd, recorder = recording(tmp_path)
     recorder.best(rd)
     # the re-check failed: best.leir went back to the baseline, a counterexample was kept
     _write_best(rd, baseline, spec, VERDICT, SMALL, "start")
@@ -217,11 +230,8 @@ def kernel_sha(kernel):
 
 
 def test_a_database_that_fails_during_the_run_is_said_once_and_dropped(tmp_path, capsys):
-    spec, _, kernel, _ = softmax_at(16, 512)
-    run = a_run(tmp_path, spec, tmp_path / "t.db")
-    rd = finished_run(tmp_path, spec, kernel)
     notes = []
-    recorder = RunRecorder(rd, run, notes)
+    _, rd, recorder = recording(tmp_path, notes)
     recorder.store.connection.close()   # as if the file went away under the run
     recorder.best(rd)
     recorder.stats({("mutate", "swap"): [1, 0, 0]})
@@ -229,3 +239,24 @@ def test_a_database_that_fails_during_the_run_is_said_once_and_dropped(tmp_path,
     err = capsys.readouterr().err
     assert err.count("stopped taking writes") == 1 and len(notes) == 1
     assert f"stochopt db import {rd}" in notes[0] and recorder.store is None
+
+
+def test_a_run_directory_is_added_once_with_its_best_and_earlier_bests(tmp_path):
+    spec, baseline, kernel, _ = softmax_at(16, 512)
+    rd = finished_run(tmp_path, spec, kernel)
+    (rd / "spec.py").write_text(Path(spec.path).read_text())
+    (rd / "run.json").write_text(json.dumps({
+        "spec": "softmax", "machine": SMALL.summary(), "machine_name": "small",
+        "host": "elsewhere", "started": 1000.0, "seed": 0, "budget_s": 60.0, "init": None,
+        "baseline_cycles": cost(baseline, SMALL).cycles}, default=list))
+    (rd / "checkpoint.json").write_text(json.dumps({"stopped_by": "budget", "bests": [
+        {"cycles": cost(baseline, SMALL).cycles, "text": render(baseline), "verdict": VERDICT,
+         "t": 1.0, "chain": 0}]}))
+    with TuningDB(tmp_path / "t.db") as db:
+        assert remember_run_dir(db, rd) == {"runs": 1, "kernels": 2}
+        assert remember_run_dir(db, rd) == {"runs": 0, "kernels": 0}
+        (row,) = db.list()
+        assert (row["spec"], row["machine"], row["kernels"], row["best_cycles"]) == \
+            ("softmax", "small", 2, cost(kernel, SMALL).cycles)
+        with pytest.raises(StochoptError, match="not a run directory"):
+            remember_run_dir(db, tmp_path)
