@@ -1,5 +1,7 @@
 """Plans that transfer: a spec at new shapes, run after its bundled twin with a warm
-tuning database for a short budget, against a cold run of it for a long one.
+tuning database for a short budget, against a cold run of it for a long one. The specs
+at new shapes are in benchmarks/specs/ (attention_decode with a cache twice as long,
+mla_decode with twice the heads): measurement specs, not bundled ones.
 
     python benchmarks/transfer.py                        # 5m cold, 1m warm, seeds 0 and 1
     python benchmarks/transfer.py --cold 2m --warm 30s --seeds 0 --pairs mla_decode:mla_decode_wide
@@ -31,10 +33,18 @@ ROOT = Path(__file__).resolve().parents[1]
 PAIRS = ["attention_decode:attention_decode_long", "mla_decode:mla_decode_wide"]
 
 
+def spec_file(name: str) -> Path:
+    """A bundled spec (specs/), or one of the twins at other shapes (benchmarks/specs/)."""
+    for folder in (ROOT / "specs", ROOT / "benchmarks" / "specs"):
+        if (folder / f"{name}.py").is_file():
+            return folder / f"{name}.py"
+    raise SystemExit(f"no spec {name}: not in specs/ nor benchmarks/specs/")
+
+
 def optimize(spec: str, budget: str, seed: int, run_dir: Path, db: Path | None,
              chains: int) -> dict:
     """One CLI run; what it proved and found, and what the database gave it."""
-    cmd = [sys.executable, "-m", "stochopt", "optimize", str(ROOT / "specs" / f"{spec}.py"),
+    cmd = [sys.executable, "-m", "stochopt", "optimize", str(spec_file(spec)),
            "--proposer", "mixed", "--chains", str(chains), "--budget", budget, "--seed",
            str(seed), "--run-dir", str(run_dir), "--quiet"]
     cmd += ["--db", str(db)] if db is not None else ["--no-db"]
@@ -64,7 +74,7 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--chains", type=int, default=2)
     parser.add_argument("--pairs", nargs="+", default=PAIRS,
-                        help="BUNDLED:NEW spec names (specs/NAME.py)")
+                        help="BUNDLED:NEW spec names (specs/ or benchmarks/specs/NAME.py)")
     parser.add_argument("--out", type=Path, default=Path("/tmp/stochopt-transfer"))
     parser.add_argument("--json", type=Path, help="also write the rows here")
     args = parser.parse_args()

@@ -23,17 +23,3 @@ def examples(full: bool, quick: int, count: int | None = None):
     from hypothesis import settings
 
     return settings(max_examples=(count or settings.default.max_examples) if full else quick)
-
-
-# Bundled specs that repeat another at other shapes (the tuning database's transfer
-# measurement, docs/benchmarks.md): the same op graph, so the per-spec checks of the fast
-# tier run on their originals and leave the twins, each several seconds, to the slow tier.
-SHAPE_TWINS = {"attention_decode_long": "attention_decode", "mla_decode_wide": "mla_decode"}
-
-
-def bundled(items, name=lambda item: item.stem):
-    """pytest params of bundled specs (paths, or what ``name`` names), the shape twins
-    marked slow."""
-    return [pytest.param(item, id=name(item),
-                         marks=pytest.mark.slow if name(item) in SHAPE_TWINS else ())
-            for item in items]

@@ -153,30 +153,42 @@ def listing_table(rows: list[dict], path: str) -> Table:
 # ---------------------------------------------------------------------------------
 
 def history_svg(entry: dict) -> str:
-    """Cycles over time across runs: each run a step line from its start through the
-    bests it proved, on the calendar."""
+    """Cycles over time across runs: each run a step line on the calendar from its start
+    through the bests it proved (this run green), its best marked, and the best kept so
+    far across runs as a dashed step line."""
     from datetime import datetime
 
     from stochopt.report.charts import BASELINE_COLOR, _figure, _svg
 
-    with _figure("history", (10, 3.2)) as fig:
+    # room below for the dates, slanted
+    with _figure("history", (10, 3.2), left=0.85, right=0.3, top=0.3, bottom=1.15) as fig:
         ax = fig.subplots()
+        found = []   # (when, cycles) of every start and best, for the best so far
         for r in entry["runs"]:
             points = [(r["started"], r["start_cycles"])] + [
                 (b["created"], b["cycles"]) for b in r["bests"] if not b["refuted"]]
-            end = r["ended"] or max(p[0] for p in points)
-            points.append((end, min(p[1] for p in points if p[1] is not None)))
             points = [p for p in points if p[1] is not None]
             if not points:
                 continue
+            best = min(p[1] for p in points)
+            points.append((max(r["ended"] or 0, max(p[0] for p in points)), best))
+            found += points
+            color = "#2e9e5b" if r.get("this_run") else "#3a7bd5"
             xs = [datetime.fromtimestamp(p[0]) for p in points]
-            ax.step(xs, [p[1] for p in points], where="post", linewidth=2 if
-                    r.get("this_run") else 1.2, color="#2e9e5b" if r.get("this_run")
-                    else "#3a7bd5")
+            ax.step(xs, [p[1] for p in points], where="post", color=color,
+                    linewidth=2 if r.get("this_run") else 1.2)
             ax.scatter(xs[:1], [points[0][1]], s=14, color=BASELINE_COLOR, zorder=3)
+            ax.scatter(xs[-1:], [best], s=22, color=color, zorder=3)
+        found.sort()
+        so_far = [min(c for _, c in found[:i + 1]) for i in range(len(found))]
+        if found:
+            ax.step([datetime.fromtimestamp(t) for t, _ in found], so_far, where="post",
+                    color="#888888", linestyle="--", linewidth=1, label="best kept so far")
+            ax.legend(loc="lower left", fontsize=8)
         ax.set_ylim(bottom=0)
         ax.set_ylabel("cycles")
-        ax.set_xlabel("date (each line a run, from its start to its best; this run green)")
+        ax.set_xlabel("date (each solid line a run, from its start (grey dot) to its best; "
+                      "this run green)")
         ax.grid(axis="y", color="#eeeeee")
         fig.autofmt_xdate()
         return _svg(fig, "history")

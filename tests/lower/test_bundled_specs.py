@@ -12,7 +12,6 @@ from stochopt.lower.catalog import bundled_spec_paths, spec_table
 from stochopt.lower.roofline import spec_roofline
 from stochopt.machine import load_machine
 from stochopt.spec import load_spec
-from tests.tiers import bundled
 
 PATHS = bundled_spec_paths()
 REQUIRED_SPECS = {"vector_add", "softmax", "rmsnorm", "layernorm", "gelu", "swiglu", "matmul",
@@ -24,7 +23,7 @@ def test_every_spec_the_project_promises_is_bundled():
     assert REQUIRED_SPECS <= {p.stem for p in PATHS}
 
 
-@pytest.mark.parametrize("path", bundled(PATHS))
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: p.stem)
 def test_bundled_spec_lowers_fits_and_matches_its_reference(path, checked):
     spec = load_spec(path)
     assert spec.name == path.stem

@@ -9,8 +9,7 @@ from stochopt.cli import main
 from stochopt.lower import lower
 from stochopt.machine import MNCORE2
 from stochopt.report.facts import run_facts
-from stochopt.report.history import history_facts
-from stochopt.report.html import render_html
+from stochopt.report.history import history_facts, history_html
 from stochopt.spec import load_spec
 from stochopt.tuning.fingerprints import machine_print, spec_print
 from stochopt.tuning.store import TuningDB
@@ -41,8 +40,8 @@ def test_the_history_lists_earlier_runs_and_marks_this_one(make_run, tmp_path):
     assert "history in the tuning database: 2 runs" in text and "run *" in text
     data = json.loads(CliRunner().invoke(main, ["report", str(rd), "--json"]).output)
     assert data["history"]["runs"][0]["run_dir"] == "runs/earlier"
-    page = render_html(facts)
-    assert 'data-chart="history"' in page and "runs/earlier" in page
+    section = history_html(history)   # the page's section (the page draws it last)
+    assert 'data-chart="history"' in section and "runs/earlier" in section
 
 
 def test_a_run_without_a_database_has_no_history_and_a_gone_one_a_note(make_run, tmp_path):

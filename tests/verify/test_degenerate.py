@@ -9,7 +9,6 @@ from stochopt import spec, tensor
 from stochopt.lower.catalog import bundled_spec_paths
 from stochopt.spec import load_spec
 from stochopt.verify import degenerate_warnings
-from tests.tiers import bundled
 
 
 @spec(inputs={"x": tensor("f32", (8, 16)), "unused": tensor("f32", (8, 16)),
@@ -43,6 +42,6 @@ def test_a_spec_that_uses_every_input_gets_no_warning():
     assert degenerate_warnings(uses_all) == []
 
 
-@pytest.mark.parametrize("path", bundled(bundled_spec_paths()))
+@pytest.mark.parametrize("path", bundled_spec_paths(), ids=lambda p: p.stem)
 def test_bundled_specs_are_not_degenerate(path):
     assert degenerate_warnings(load_spec(path)) == []

@@ -24,7 +24,6 @@ from stochopt.verify.strategies import (
     random_spec_inputs,
     structured_recipes,
 )
-from tests.tiers import bundled
 
 
 @spec(inputs={"x": tensor("f32", (16, 24), low=0.1, high=0.3),
@@ -61,7 +60,7 @@ def _assert_inside_and_representable(s, inputs):
 BUNDLED = [load_spec(p) for p in bundled_spec_paths()]
 
 
-@pytest.mark.parametrize("s", bundled(BUNDLED + [awkward, masked], lambda s: s.name))
+@pytest.mark.parametrize("s", BUNDLED + [awkward, masked], ids=lambda s: s.name)
 def test_structured_inputs_are_inside_the_range_and_representable(s):
     for recipes in structured_recipes(s):
         _assert_inside_and_representable(s, build_inputs(s, recipes))
