@@ -145,9 +145,7 @@ VERIFIER_SOURCES = ("verify/*.py", "backend/emulate.py", "leir/ops.py")
 def verifier_version() -> str:
     """stochopt's version and a digest of the code and libraries a verdict depends on: a
     kernel proved under another one is checked again before a run trusts it."""
-    import hypothesis
-    import ml_dtypes
-    import numpy
+    from importlib.metadata import PackageNotFoundError, version
 
     from stochopt.version import __version__
     package = Path(__file__).resolve().parents[1]
@@ -155,6 +153,10 @@ def verifier_version() -> str:
     for pattern in VERIFIER_SOURCES:
         for path in sorted(package.glob(pattern)):
             digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    for library in (numpy, hypothesis, ml_dtypes):
-        digest.update(f"{library.__name__} {library.__version__}\0".encode())
+    for library in ("numpy", "hypothesis", "ml_dtypes"):  # read, not imported: no cost
+        try:
+            found = version(library)
+        except PackageNotFoundError:
+            found = "absent"
+        digest.update(f"{library} {found}\0".encode())
     return f"{__version__}+{digest.hexdigest()[:12]}"

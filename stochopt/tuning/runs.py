@@ -121,6 +121,8 @@ def _usable(store: TuningDB, row: dict, spec, machine, baseline, screening, run:
         say(f"warning: the tuning database's {row['cycles']}-cycle kernel no longer reads "
             f"({e}); skipping it")
         return None
+    if cost(kernel, machine).cycles >= cost(baseline, machine).cycles:
+        return None  # no faster than today's lowering (the cost model changed since)
     if screening.error(kernel) > 0:
         store.mark_refuted(row["uid"], "fails a screening input of a later run")
         return None
@@ -131,7 +133,7 @@ def _usable(store: TuningDB, row: dict, spec, machine, baseline, screening, run:
     if verdict.interrupted:
         say(f"the tuning database's {row['cycles']}-cycle kernel was proved under another "
             "verifier and its check did not finish within a quarter of the budget: this "
-            "run starts from the lowering and replays its plan")
+            "run starts from the lowering (with the kernel's plan, where it is known)")
         return None
     if not verdict.equivalent:
         store.mark_refuted(row["uid"], f"fails a check under verifier {verifier_version()}: "

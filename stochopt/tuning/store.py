@@ -217,9 +217,11 @@ class TuningDB:
         return self._all("SELECT * FROM kernels WHERE run = ? ORDER BY created, id", run)
 
     def specs_named(self, name: str) -> list[dict]:
-        """Specs whose name is ``name`` or whose fingerprint starts with it."""
-        return self._all("SELECT * FROM specs WHERE name = ? OR fingerprint LIKE ? "
-                         "ORDER BY first_seen", name, name.replace("%", "") + "%")
+        """Specs whose name is ``name`` or whose fingerprint starts with it (6 characters
+        at least)."""
+        return self._all("SELECT * FROM specs WHERE name = ? OR (length(?) >= 6 AND "
+                         "substr(fingerprint, 1, length(?)) = ?) ORDER BY first_seen",
+                         name, name, name, name)
 
     def summary(self) -> list[dict]:
         """One row per spec and machine: names, best cycles, runs, kernels, last run."""

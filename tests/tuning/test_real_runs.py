@@ -206,8 +206,8 @@ def test_real_runs_at_once_and_a_killed_run_keep_every_proved_best(tmp_path):
 def test_a_damaged_database_costs_one_line_and_the_run_ends_with_its_result(tmp_path):
     db = tmp_path / "t.db"
     db.write_bytes(b"SQLite format 3\x00" + b"\xee" * 8000)
-    done = cli("optimize", SOFTMAX, "--machine", "small", "--chains", "1", "--budget", "30s",
-               "--max-proposals", "100", "--quiet", "--db", db, "--run-dir", tmp_path / "run")
+    done = cli("optimize", SOFTMAX, "--machine", "small", "--chains", "1", "--budget", "20s",
+               "--max-proposals", "20", "--quiet", "--db", db, "--run-dir", tmp_path / "run")
     assert done.returncode == 0, done.stderr
     lines = [line for line in done.stderr.splitlines() if str(db) in line]
     assert len(lines) == 1 and "goes on without it" in lines[0]

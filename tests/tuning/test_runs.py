@@ -132,6 +132,16 @@ def test_a_kernel_that_fails_now_is_refuted_and_the_next_one_taken(tmp_path):
         assert db.kernel("bad")["refuted"] and db.kernel(good["uid"])["refuted"] is None
 
 
+def test_a_kernel_no_faster_than_the_lowering_is_no_warm_start(tmp_path):
+    spec, baseline, _, _ = softmax_at(16, 512)
+    with TuningDB(tmp_path / "t.db") as db:
+        row = remember(db, spec, baseline, [])   # e.g. faster once, under another cost model
+    run = a_run(tmp_path, spec, tmp_path / "t.db")
+    assert start(tmp_path, run, spec, baseline)[1] is None and run["init"] is None
+    with TuningDB(tmp_path / "t.db") as db:
+        assert db.kernel(row["uid"])["refuted"] is None   # not wrong: kept
+
+
 def test_a_spec_with_no_kernel_takes_plans_and_weights_from_its_family(tmp_path):
     near, _, kernel, plan = softmax_at(256, 64)
     with TuningDB(tmp_path / "t.db") as db:
