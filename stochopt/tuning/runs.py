@@ -116,12 +116,12 @@ def _usable(store: TuningDB, row: dict, spec, machine, baseline, screening, run:
     try:
         kernel = parse(row["text"], machine)
         check_signature(kernel, spec)
-        cost(kernel, machine)
+        cycles = cost(kernel, machine).cycles
     except StochoptError as e:  # written by an older stochopt, or for another machine
         say(f"warning: the tuning database's {row['cycles']}-cycle kernel no longer reads "
             f"({e}); skipping it")
         return None
-    if cost(kernel, machine).cycles >= cost(baseline, machine).cycles:
+    if cycles >= cost(baseline, machine).cycles:
         return None  # no faster than today's lowering (the cost model changed since)
     if screening.error(kernel) > 0:
         store.mark_refuted(row["uid"], "fails a screening input of a later run")
