@@ -104,7 +104,7 @@ def run_rate(spec_path: Path, seconds: float, chains: int, full_examples: int,
         with tempfile.TemporaryDirectory() as tmp:
             result = optimize(str(spec_path), budget=seconds, proposer="mutate",
                               chains=chains, run_dir=str(Path(tmp) / "run"),
-                              config=ChainConfig(full_examples=full_examples))
+                              config=ChainConfig(full_examples=full_examples), db=False)
         cpu = [_cpu(resource.getrusage(who)) - _cpu(was) for who, was in
                zip((resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN), before, strict=True)]
         rates.append(result.proposals / seconds)

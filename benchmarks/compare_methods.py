@@ -41,7 +41,7 @@ def run_search(spec: Path, method: str, seed: int, budget: str, out: Path) -> di
     run_dir = out / f"{spec.stem}-{method}-{seed}"
     cmd = [sys.executable, "-m", "stochopt", "optimize", str(spec), "--proposer", method,
            "--budget", budget, "--chains", "1", "--seed", str(seed), "--run-dir",
-           str(run_dir), "--quiet"]
+           str(run_dir), "--quiet", "--no-db"]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if proc.returncode != 0:
         return {"error": proc.stderr.strip()[-400:]}

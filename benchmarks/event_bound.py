@@ -73,7 +73,8 @@ def main() -> None:
         from stochopt.search import optimize
         from stochopt.search.chain import ChainConfig
         optimize(str(ROOT / "specs" / "softmax.py"), budget="60s", chains=1,
-                 max_proposals=20, run_dir=str(source), config=ChainConfig(full_examples=10))
+                 max_proposals=20, run_dir=str(source), config=ChainConfig(full_examples=10),
+                 db=False)
     out.mkdir(parents=True)
     for name in ("run.json", "spec.py", "baseline.leir", "best.leir", "best.json",
                  "checkpoint.json"):

@@ -41,7 +41,7 @@ def search_best(spec: Path, budget: str, seed: int, run_dir: Path) -> dict:
     """What a 2-chain mixed search found: proved best, fastest unproved, rate."""
     cmd = [sys.executable, "-m", "stochopt", "optimize", str(spec), "--proposer", "mixed",
            "--chains", "2", "--budget", budget, "--seed", str(seed), "--run-dir",
-           str(run_dir), "--quiet"]
+           str(run_dir), "--quiet", "--no-db"]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr.strip()[-800:]}")

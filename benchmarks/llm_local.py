@@ -62,7 +62,7 @@ def prompt_sizes(client, model: str, spec_name: str, context: int) -> dict:
 def short_run(base_url: str, model: str, spec_name: str, budget: str) -> dict:
     run_dir = Path(tempfile.mkdtemp(prefix=f"llm-{spec_name}-")) / "run"
     result = optimize(str(SPECS / f"{spec_name}.py"), proposer="llm", chains=1,
-                      budget=budget, run_dir=str(run_dir),
+                      budget=budget, run_dir=str(run_dir), db=False,
                       llm={"model": model, "base_url": base_url, "timeout_s": 300.0,
                            "concurrency": 1})
     llm = run_facts(run_dir)["llm"]

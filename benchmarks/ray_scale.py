@@ -75,7 +75,7 @@ def ray_run(nodes: int, budget: str, seed: int, run_dir: Path, proposer: str,
             settle_s = _settle()
             watch = CpuWatch()
             result = optimize(SOFTMAX, budget=budget, seed=seed, run_dir=str(run_dir),
-                              ray=cluster.address, proposer=proposer)
+                              ray=cluster.address, proposer=proposer, db=False)
             cpu_s = watch.stop()
         finally:
             ray.shutdown()
@@ -90,7 +90,7 @@ def local_run(chains: int, budget: str, seed: int, run_dir: Path, proposer: str,
     # pinned: N chains on N cores, with the driver and the check worker
     with _on_cores(set(range(chains)) if pin else None):
         result = optimize(SOFTMAX, budget=budget, seed=seed, chains=chains,
-                          run_dir=str(run_dir), proposer=proposer)
+                          run_dir=str(run_dir), proposer=proposer, db=False)
     return {**_row(f"local, {chains} chain(s)", result, run_dir), "pinned": pin}
 
 

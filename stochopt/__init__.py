@@ -15,14 +15,15 @@ from stochopt.errors import ConstraintError, ParseError, StochoptError  # noqa: 
 from stochopt.spec import Spec, TensorSpec, load_spec, spec, tensor  # noqa: E402
 from stochopt.version import __version__  # noqa: E402
 
-__all__ = ["lower", "run", "verify", "optimize", "report", "load_kernel", "spec", "tensor",
-           "load_spec", "Spec", "TensorSpec", "StochoptError", "ParseError", "ConstraintError",
-           "__version__"]
+__all__ = ["lower", "run", "verify", "optimize", "report", "db", "load_kernel", "spec",
+           "tensor", "load_spec", "Spec", "TensorSpec", "StochoptError", "ParseError",
+           "ConstraintError", "__version__"]
 
 # The API's functions are imported when first used, so that `import stochopt`, the CLI and
 # the worker processes load only what they need. lower, verify and report are
 # subpackages that call the API function of their name (stochopt/callable_package.py).
-_WHERE = {"run": "stochopt.api", "optimize": "stochopt.api", "load_kernel": "stochopt.api"}
+_WHERE = {"run": "stochopt.api", "optimize": "stochopt.api", "load_kernel": "stochopt.api",
+          "db": "stochopt.api"}
 _CALLABLE_SUBPACKAGES = ("lower", "verify", "report")
 
 

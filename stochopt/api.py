@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from stochopt.machine import Machine
     from stochopt.search.chain import ChainConfig
     from stochopt.search.driver import RunResult
+    from stochopt.tuning.store import TuningDB
     from stochopt.verify.check import Verdict
 
 DEFAULT_MACHINE = "mncore2"
@@ -276,7 +277,8 @@ def optimize(spec: SpecLike | None = None, *, budget: str | float = "10m",
              progress: Callable[[dict], None] | None = None, live: bool | None = None,
              config: ChainConfig | None = None,
              settings: Mapping[str, Any] | None = None, check_workers: int | None = None,
-             started: float | None = None, ray: str | None = None) -> RunResult:
+             started: float | None = None, ray: str | None = None,
+             db: str | Path | bool | None = None, cold: bool = False) -> RunResult:
     """Search for a faster kernel equivalent to a spec; the best verified one is in
     result.best_path. ``progress`` receives a snapshot dict a few times a second; ``live``
     draws them (None: in Jupyter only). Interrupting stops the run cleanly: its checkpoint
@@ -285,7 +287,9 @@ def optimize(spec: SpecLike | None = None, *, budget: str | float = "10m",
     ``check_workers``: processes that run full checks beside the chains (0: on the chains'
     path); ``started``: when the budget's clock started (time.time(); default now).
     ``ray``: run the chains on a Ray cluster, "auto", "local", "ray://HOST:10001" or
-    "HOST:PORT" (docs/scale.md); a resumed run keeps its cluster unless this names one."""
+    "HOST:PORT" (docs/scale.md); a resumed run keeps its cluster unless this names one.
+    ``db``: the tuning database's file (None: the default one, False: none); the run
+    starts from its best kernel for the spec and machine unless ``cold`` (docs/database.md)."""
     from stochopt.notebook import live_progress
     from stochopt.search.optimize import optimize as search
 
@@ -313,7 +317,21 @@ def optimize(spec: SpecLike | None = None, *, budget: str | float = "10m",
                       resume=_str(resume), max_proposals=max_proposals, max_cost=max_cost,
                       name=spec_name, llm=dict(llm) if llm and llm.get("model") else None,
                       progress=on_progress, config=config, settings=settings,
-                      check_workers=check_workers, started=started, ray=ray)
+                      check_workers=check_workers, started=started, ray=ray, db=db,
+                      cold=cold)
+
+
+def db(path: str | Path | None = None, *, create: bool = False) -> TuningDB:
+    """The tuning database (docs/database.md): ``path``, else the default file
+    ($XDG_CACHE_HOME/stochopt/tuning.db). Its methods: list(), show(spec), export(path),
+    import_file(path), prune(keep=5); use it in a ``with`` block, or close() it.
+    ``create``: make the file when there is none (by default that is an error)."""
+    from stochopt.tuning.store import TuningDB
+
+    if path is not None and not isinstance(path, str | Path):
+        raise StochoptError(f"db takes the database file's path, got {type(path).__name__}",
+                            hint="pass e.g. 'tuning.db', or nothing for the default file")
+    return TuningDB(path, create=create)
 
 
 class Report(dict, Displayable):

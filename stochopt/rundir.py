@@ -4,6 +4,7 @@ reads it; both take the names from here.
 
     run.json  spec.py  baseline.leir  best.leir  best.json  events.jsonl
     checkpoint.json  counterexamples/  llm/  unproved.leir (when there is one)
+    warm_start.leir, examples.json (when the tuning database gave them)
 
 best.leir only ever holds a proved kernel (or the starting kernel while its own check
 runs, as best.json says): it is written to a temporary file, fsynced and renamed over
@@ -24,8 +25,8 @@ from stochopt.errors import StochoptError
 # -- the schema ---------------------------------------------------------------------------
 # the run's settings (spec, spec_path, name, machine, machine_name, budget_s, proposer,
 # arms, chains, check_workers, seed, init, max_proposals, max_cost, config, llm, started,
-# versions, host, settings, ray) and, once set up, roofline_cycles, baseline_cycles and
-# bound_cycles
+# versions, host, settings, ray, tuning: the tuning database's part, docs/database.md)
+# and, once set up, roofline_cycles, baseline_cycles and bound_cycles
 RUN_JSON = "run.json"
 SPEC_PY = "spec.py"                  # a copy of the spec, so the run resumes without it
 BASELINE_LEIR = "baseline.leir"      # the spec's lowering: what speedups are measured from
@@ -38,6 +39,10 @@ EVENTS_JSONL = "events.jsonl"        # one line per candidate kept (search/event
 CHECKPOINT_JSON = "checkpoint.json"  # the chains' states and totals, for --resume
 COUNTEREXAMPLES = "counterexamples"  # inputs (.npz) on which a candidate was wrong
 LLM_TRANSCRIPTS = "llm"              # one JSON transcript per LLM request
+# what the tuning database gave the run (stochopt/tuning/runs.py): the kernel it started
+# from (run.json's init names it), and the slow -> fast pairs its LLM prompts may show
+WARM_START_LEIR = "warm_start.leir"
+EXAMPLES_JSON = "examples.json"
 
 # What became of a candidate (an event's "outcome"). "unproved": screened, faster than
 # the best, but its full check did not finish before the run ended.

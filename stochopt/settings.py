@@ -26,7 +26,7 @@ from stochopt.errors import StochoptError
 SETTINGS_FILE = "stochopt.toml"
 PYPROJECT = "pyproject.toml"
 # flags that name files: relative paths in a settings file are relative to that file
-PATH_KEYS = ("machine", "prompts", "llm-cache")
+PATH_KEYS = ("machine", "prompts", "llm-cache", "db")
 
 
 @dataclass(frozen=True)

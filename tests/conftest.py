@@ -1,3 +1,4 @@
+import hashlib
 import os
 
 import pytest
@@ -21,3 +22,13 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     if config.option.markexpr.strip() == "not slow" and whole_suite:
         return len(os.sched_getaffinity(0))
     return 0
+
+
+@pytest.fixture(autouse=True)
+def _own_tuning_database(monkeypatch, tmp_path_factory, request):
+    """Each test has its own (empty) cache folder, so its own tuning database: a run in
+    one test never starts from another test's kernels, and nothing reaches the user's
+    cache. A test that runs twice on one spec sees the second start warm, as a user
+    would (pass db=False or --no-db where that is not what it tests)."""
+    name = hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:16]
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "cache" / name))

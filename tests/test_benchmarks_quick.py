@@ -27,3 +27,15 @@ def test_compare_methods_quick_runs_every_method(tmp_path):
             assert r["best_cycles"] <= r["baseline_cycles"]
             assert r["best_cycles"] >= r["roofline_cycles"]
     assert "| softmax | mixed |" in (tmp_path / "quick.md").read_text()
+
+
+@pytest.mark.slow  # two lowerings checked against numpy (mla_decode_wide's is large)
+@pytest.mark.parametrize("name", ["attention_decode_long", "mla_decode_wide"])
+def test_the_transfer_measurements_specs_lower_and_verify(name):
+    from stochopt import load_spec
+    from stochopt.lower import lower
+    from stochopt.verify.check import check
+
+    spec = load_spec(ROOT / "benchmarks" / "specs" / f"{name}.py")
+    kernel = lower(spec)
+    assert check(kernel, spec, examples=20, seed=0, baseline=kernel).equivalent

@@ -21,6 +21,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("spec", "backend"),
     ("verify", "lower"),
     ("transform",),
+    ("tuning",),
     ("llm",),
     ("search",),
     ("report",),

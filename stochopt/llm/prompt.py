@@ -28,6 +28,7 @@ from stochopt.backend.cost import Profile, cost, roofline_of_kernel
 from stochopt.errors import ParseError, StochoptError
 from stochopt.leir.render import render
 from stochopt.llm.variants import FOCI
+from stochopt.tuning.memory import examples_text
 
 ROOT = Path(__file__).resolve().parents[2]   # the repository (prompts/ and docs/ live here)
 DEFAULT_PROMPTS = ROOT / "prompts"
@@ -58,6 +59,7 @@ FIELDS = {
         "machine_name": "the machine preset's name",
         "focus": "what this request asks for (its variant's focus)",
         "earlier_best": "an earlier, slower best kernel for contrast, or empty",
+        "examples": "slow -> fast pairs from earlier runs (the tuning database), or empty",
     },
     "failure.txt": {
         "number": "1, 2, ...", "outcome": "parse_error, invalid, wrong, rejected or accepted",
@@ -167,15 +169,16 @@ class Level:
     code_chars: int       # of each failed candidate's text
     error_chars: int
     earlier_best: bool    # room for an earlier best kernel
+    example_chars: int    # of the slow -> fast examples from earlier runs
 
 
 LEVELS = (
-    Level("full", "full", "full", 4, MAX_CODE_CHARS, MAX_ERROR_CHARS, True),
-    Level("fewer failures", "full", "full", 2, 1200, MAX_ERROR_CHARS, True),
-    Level("critical path", "full", "critical", 2, 1200, MAX_ERROR_CHARS, False),
-    Level("focused reference", "focused", "critical", 2, 1200, 600, False),
-    Level("cheat sheet", "cheatsheet", "critical", 2, 1200, 600, False),
-    Level("minimal", "brief", "critical", 1, 600, 300, False),
+    Level("full", "full", "full", 4, MAX_CODE_CHARS, MAX_ERROR_CHARS, True, 8000),
+    Level("fewer failures", "full", "full", 2, 1200, MAX_ERROR_CHARS, True, 6000),
+    Level("critical path", "full", "critical", 2, 1200, MAX_ERROR_CHARS, False, 4000),
+    Level("focused reference", "focused", "critical", 2, 1200, 600, False, 3000),
+    Level("cheat sheet", "cheatsheet", "critical", 2, 1200, 600, False, 2500),
+    Level("minimal", "brief", "critical", 1, 600, 300, False, 0),
 )
 
 
@@ -195,8 +198,10 @@ class PromptBuilder:
     """Makes the messages for a spec on a machine at any level of LEVELS."""
 
     def __init__(self, templates: dict[str, str], spec, machine, baseline,
-                 roofline_cycles: int | None = None) -> None:
+                 roofline_cycles: int | None = None, examples: list[dict] | None = None
+                 ) -> None:
         self.templates, self.spec, self.machine = templates, spec, machine
+        self.examples = examples or []   # stochopt/tuning/memory.py's pairs
         self.baseline_cycles = cost(baseline, machine).cycles
         self.roofline_cycles = roofline_cycles or _roofline(spec, machine, baseline)
         self.summary = ", ".join(f"{k} {v}" for k, v in machine.summary().items()
@@ -278,6 +283,7 @@ class PromptBuilder:
             "machine_name": self.machine.name,
             "focus": FOCI.get(focus, FOCI["open"]).replace("$bottleneck", bottleneck),
             "earlier_best": self.earlier_best(earlier) if level.earlier_best else "",
+            "examples": examples_text(self.examples, kernel, level.example_chars),
         }
         return fill(self.templates["user.txt"], fields)
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from stochopt.durations import format_duration
 from stochopt.errors import StochoptError
 from stochopt.report.credit import PathCredit
+from stochopt.report.history import history_facts
 from stochopt.report.llm_facts import llm_facts, llm_headline
 from stochopt.report.words import plural
 from stochopt.rundir import (
@@ -34,6 +35,7 @@ from stochopt.rundir import (
     RUN_JSON,
     SPEC_PY,
 )
+from stochopt.tuning.runs import start_line
 
 RUNNING_WITHIN_S = 15.0   # a run whose files changed this recently is still going
 TIMELINE_BINS = 30        # bins of the acceptance-over-time series
@@ -118,6 +120,8 @@ def run_facts(run_dir: str | Path, now: float | None = None) -> dict:
         "llm_transcripts": _count_files(rd / LLM_TRANSCRIPTS),
         "llm": llm_facts(rd, run),   # requests, prompt sizes, failures, variants
         "restarts": events["restarts"],  # chains started again after their node died (Ray)
+        "tuning": run.get("tuning"),  # what the tuning database gave the run
+        "history": history_facts(run, rd),  # this spec's runs in the tuning database
         "notes": notes,
     }
     _check_trajectory(facts, rd)
@@ -187,6 +191,10 @@ def headline(f: dict) -> list[tuple[str, str]]:
         rows.insert(labels.index("roofline") + 1,
                     ("bound", f"{f['bound_cycles']} cycles: best is at "
                               f"{format_share(f['bound_share'])} of it"))
+    start = start_line(f.get("tuning"))
+    if start:  # the tuning database gave the start: a warm start, or plans
+        rows.insert(labels.index("cycles") + 1, ("start", start))
+        labels = [label for label, _ in rows]
     if f.get("unproved"):  # never a bare 1.00x when a faster kernel was found
         u = f["unproved"]
         found = format_speedup(_ratio(f["baseline_cycles"], u["cycles"]))

@@ -16,6 +16,7 @@ from stochopt.report.facts import (
     headline,
     llm_configured,
 )
+from stochopt.report.history import history_html
 from stochopt.report.terminal import credit_text, op_label
 from stochopt.report.words import plural
 
@@ -51,6 +52,7 @@ def render_html(facts: dict) -> str:
         _section("Best kernel", _code(f["kernels"]["best"]) +
                  f"<p class='muted'>{html.escape(f['best_path'])}</p>"),
         _section("Baseline &rarr; best", _diff(f["diff"])),
+        history_html(f.get("history")),
         f"<footer>stochopt report, written {time.strftime('%Y-%m-%d %H:%M:%S')}</footer>",
     ]
     return (f"<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n"

@@ -19,6 +19,7 @@ from stochopt.report.facts import (
     headline,
     llm_configured,
 )
+from stochopt.report.history import history_view
 from stochopt.report.words import plural
 
 
@@ -110,6 +111,8 @@ def report_view(facts: dict, width: int = 100) -> Group:
                      theme="ansi_dark", background_color="default", word_wrap=True),
               Text(""), profiles_side_by_side(facts, width), Text(""),
               Text("baseline -> best", style="bold"), diff_text(facts["diff"])]
+    if facts.get("history"):
+        parts += [Text(""), history_view(facts["history"], min(width, 120))]
     return Group(*parts)
 
 

@@ -46,6 +46,9 @@ class ChainConfig:
     # relative weight of each move and rule when its proposer draws one (STOKE's weighted
     # transforms); a name left out weighs 1 (stochopt/transform/weights.py)
     move_weights: dict[str, float] = field(default_factory=dict)
+    # plans (plan_to_json) that won on similar specs, replayed on the start kernel before
+    # the descent by every other chain (stochopt/tuning/transfer.py)
+    seed_plans: list[list] = field(default_factory=list)
 
 
 @dataclass

@@ -21,6 +21,7 @@ from stochopt.search.proposers import Bandit, ChainProposer
 from stochopt.search.values import CachedScreening
 from stochopt.spec import Spec
 from stochopt.transform.greedy import descend
+from stochopt.tuning.transfer import opening_starts
 
 
 @dataclass
@@ -69,10 +70,17 @@ class ChainRun:
         descends as greedy with seed s does. It stops at the chain's deadline with the
         steps taken; None if no rule helps."""
         seed = self.seed if self.config.opening_seed is None else self.config.opening_seed
-        proposed, _, steps, _, _ = descend(kernel, self.machine, self.objective.error,
-                                        random.Random(seed),
-                                        deadline=self.checks.deadline)
-        return Candidate("rewrite", "fixpoint", proposed) if steps else None
+        # with plans that won on similar specs, the descent also starts from their best
+        # replay (stochopt/tuning/transfer.py); the faster result is proposed
+        starts = opening_starts(kernel, self.config.seed_plans, self.index, self.machine,
+                                self.objective.error)
+        descents = [descend(start, self.machine, self.objective.error, random.Random(seed),
+                            deadline=self.checks.deadline) for start, _ in starts]
+        best = min(range(len(starts)), key=lambda i: descents[i].cycles)
+        if starts[best][0] is not kernel:
+            return Candidate("rewrite", "transfer", descents[best].kernel)
+        return Candidate("rewrite", "fixpoint", descents[best].kernel) \
+            if descents[best].steps else None
 
     def step(self) -> tuple[dict, Kernel | None, dict | None]:
         """One proposal of the chain: (event, new best kernel or None, its facts). With

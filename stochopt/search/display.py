@@ -33,7 +33,8 @@ def progress_view(s: dict) -> Group:
         table.add_column(o, justify="right")
     for name, counts in sorted(s["by_proposer"].items()):
         table.add_row(name, *(str(counts.get(o, 0)) for o in LIVE_OUTCOMES))
-    parts = [head, best, table]
+    parts = [head, best] + ([Text(s["start"], style="cyan")] if s.get("start") else []) + \
+        [table]
     for err in s.get("errors", [])[-3:]:
         parts.append(Text(f"error: {err}", style="red"))
     return Group(*parts)
@@ -55,6 +56,7 @@ def summary_lines(r) -> list[str]:
     lines = [head, f"{r.proposals} candidates, {r.accepted} accepted, {how}; best verified: "
              f"{'yes' if r.verified else 'NO'}",
              *([f"LLM: {r.tokens} tokens, ${r.cost_usd:.4f}"] if r.tokens or r.cost_usd else []),
+             *([r.start] if r.start else []),
              f"best kernel: {r.best_path}", f"run directory: {r.run_dir}"]
     if r.unproved_cycles is not None:
         lines.append(f"unproved: a faster kernel ({r.unproved_cycles} cycles) is in "

@@ -167,6 +167,7 @@ class RunResult(Displayable):  # Displayable: Jupyter shows its summary and char
     unproved_cycles: int | None = None
     unproved_path: str | None = None
     signal: int | None = None   # the signal that interrupted the run (SIGINT, SIGTERM)
+    start: str | None = None    # what the tuning database gave the start, if anything
 
     def to_json(self) -> dict:
         return asdict(self)

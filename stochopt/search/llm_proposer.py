@@ -80,7 +80,7 @@ class LLMProposer:
         self.deadline, self.stop = deadline, stop   # wall-clock time; a multiprocessing Event
         self.dir = Path(run_dir) / LLM_TRANSCRIPTS if run_dir else None
         self.prompts = PromptBuilder(load_templates(options.get("prompts")), spec, machine,
-                                     baseline, roofline_cycles)
+                                     baseline, roofline_cycles, options.get("examples"))
         self.closed = threading.Event()
         self.client = Client(options, self.closed)
         self.failures: deque[dict] = deque(maxlen=max(8, options["failures_in_prompt"]))

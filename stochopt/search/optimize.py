@@ -36,6 +36,8 @@ from stochopt.search.proposers import check_proposer
 from stochopt.search.supervisor import supervise
 from stochopt.spec import load_spec
 from stochopt.transform.weights import check_move_weights
+from stochopt.tuning.runs import prepare as prepare_tuning
+from stochopt.tuning.runs import starting_point, with_examples
 from stochopt.verify.check import certificate, check
 from stochopt.verify.screening import ScreeningSet
 
@@ -49,7 +51,8 @@ def optimize(spec_path: str | None = None, *, budget: str | float = "10m",
              max_cost: float | None = None, name: str | None = None, llm: dict | None = None,
              progress=None, config: ChainConfig | None = None,
              check_workers: int | None = None, started: float | None = None,
-             settings: dict | None = None, ray: str | None = None) -> RunResult:
+             settings: dict | None = None, ray: str | None = None,
+             db: str | Path | bool | None = None, cold: bool = False) -> RunResult:
     """Search for a faster kernel for a spec; return what was found (see RunResult).
 
     The budget is wall time from this call to the return, setup and final checks
@@ -61,7 +64,10 @@ def optimize(spec_path: str | None = None, *, budget: str | float = "10m",
     flag's value and where it came from) is recorded in run.json. ``ray`` runs the
     chains on a Ray cluster: auto, local, ray://HOST:PORT or HOST:PORT (docs/scale.md);
     a resumed run uses the cluster it was started with unless ``ray`` names another
-    (or "none": this machine's processes)."""
+    (or "none": this machine's processes). ``db``: the tuning database (None: the
+    default file, False: none; docs/database.md): the run starts from its best kernel
+    for the spec and machine unless ``cold``, or from plans of similar specs, and
+    writes every new proved best to it."""
     from stochopt.search.ray_executor import check_ray_address, cluster_cpus
     started = time.time() if started is None else started
     ray = None if ray is None else check_ray_address(ray)
@@ -106,6 +112,7 @@ def optimize(spec_path: str | None = None, *, budget: str | float = "10m",
            "llm": _public_llm(llm), "roofline_cycles": None, "baseline_cycles": None,
            "bound_cycles": None, "started": started, "versions": _versions(),
            "host": platform.node(), "settings": settings, "ray": ray}
+    prepare_tuning(run, spec, m, db=db or None, use=db is not False, cold=cold)
     write_json(rd / RUN_JSON, run)
     try:
         state, start_text, baseline_text = _setup(rd, run, spec, m, started)
@@ -114,7 +121,8 @@ def optimize(spec_path: str | None = None, *, budget: str | float = "10m",
         raise
     except KeyboardInterrupt:
         raise SetupInterrupted(rd) from None
-    return supervise(rd, run, state, start_text, baseline_text, llm, progress, started, 0.0)
+    return supervise(rd, run, state, start_text, baseline_text,
+                     with_examples(rd, run, llm, m), progress, started, 0.0)
 
 
 class SetupInterrupted(KeyboardInterrupt):
@@ -132,6 +140,11 @@ def _setup(rd: Path, run: dict, spec, m, started: float) -> tuple[dict, str, str
     pool (or, with no check workers, done here within the budget)."""
     baseline, start = _starting_kernels(spec, m, run["init"])
     screening = ScreeningSet(spec, baseline, m, ChainConfig().screening_inputs, run["seed"])
+    # the tuning database's best kernel for this spec (run["init"] then names it), or
+    # plans and move weights from similar specs (in run["config"])
+    warm = starting_point(rd, run, spec, m, baseline, screening, started)
+    if warm is not None:
+        start = warm[0]
     if screening.error(start) > 0:
         _fail_start("it fails a screening input", bool(run["init"]), spec.name)
     baseline_text, start_text = render(baseline, m), render(start, m)
@@ -145,6 +158,8 @@ def _setup(rd: Path, run: dict, spec, m, started: float) -> tuple[dict, str, str
         # search and, on a large spec, take the first seconds of a short run's one check
         # worker (or the chain's path) away from the faster kernels the run finds.
         _write_best(rd, start, spec, None, m, "start", proof=LOWERING)
+    elif warm is not None:  # proved by the run that found it (or checked again just now)
+        _write_best(rd, start, spec, warm[1], m, "start")
     elif run["check_workers"] == 0:
         deadline = time.monotonic() + run["budget_s"] - (time.time() - started)
         verdict = check(start, spec, machine=m, baseline=baseline, seed=run["seed"],
@@ -273,8 +288,8 @@ def _resume(rd: Path, progress, started: float, ray: str | None = None) -> RunRe
         m = _run_machine(run)
         spec = load_spec(rd / SPEC_PY, run.get("name"))
         state, start_text, baseline_text = _setup(rd, run, spec, m, started)
-        return supervise(rd, run, state, start_text, baseline_text, run.get("llm"), progress,
-                         started, 0.0)
+        return supervise(rd, run, state, start_text, baseline_text,
+                         with_examples(rd, run, run.get("llm"), m), progress, started, 0.0)
     state = load_checkpoint(rd)
     if finished:
         raise StochoptError(f"run {rd} already finished: it has nothing left to resume",
@@ -283,8 +298,9 @@ def _resume(rd: Path, progress, started: float, ray: str | None = None) -> RunRe
     if state["elapsed_s"] >= run["budget_s"]:
         raise StochoptError(f"run {rd} has no budget left")
     return supervise(rd, run, state, (rd / BEST_LEIR).read_text(),
-                     (rd / BASELINE_LEIR).read_text(), run.get("llm"), progress, started,
-                     state["elapsed_s"])
+                     (rd / BASELINE_LEIR).read_text(),
+                     with_examples(rd, run, run.get("llm"), _run_machine(run)), progress,
+                     started, state["elapsed_s"])
 
 
 def recheck_best(rd: Path, spec, machine, seed: int, baseline_text: str,

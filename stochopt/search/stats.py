@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from collections import deque
 
+from stochopt.tuning.runs import start_line
+
 KEEP_BESTS = 5  # verified bests the checkpoint keeps for the final re-check to fall back on
 
 
@@ -20,6 +22,9 @@ class RunStats:
         self.tokens = state.get("tokens", 0)
         self.cost_usd = state.get("cost_usd", 0.0)
         self.by_proposer: dict[str, dict[str, int]] = {}
+        # (proposer, move) -> [tries, accepted, improvements]: the tuning database's rule
+        # statistics (stochopt/tuning/runs.py)
+        self.moves: dict[tuple[str, str], list[int]] = {}
         self.errors: list[str] = []
         self.llm_error: str | None = None  # the last failed LLM request, until one works
         self.llm_last_error: str | None = None
@@ -33,6 +38,7 @@ class RunStats:
         self.checking = 0      # candidates waiting for or under their full check
         self.fastest_found: int | None = None  # the fastest of them
         self.restarts = 0      # chains restarted elsewhere after their node died (Ray)
+        self.start = start_line(run.get("tuning"))  # what the tuning database gave it
 
     def keep_best(self, text: str, cycles: int, verdict: dict, chain: int) -> None:
         """Remember a few verified bests: the final re-check falls back on them."""
@@ -57,6 +63,10 @@ class RunStats:
             self.llm_stopped = e.get("llm_stopped") or self.llm_stopped
         counts = self.by_proposer.setdefault(e["proposer"], {})
         counts[e["outcome"]] = counts.get(e["outcome"], 0) + 1
+        move = self.moves.setdefault((e["proposer"], e.get("move") or "?"), [0, 0, 0])
+        move[0] += 1
+        move[1] += e["outcome"] in ("accepted", "best")
+        move[2] += e["outcome"] == "best"
         now = time.time()
         if self.recent and now - self.recent[-1][0] < 0.25:
             self.recent[-1][1] += 1
@@ -77,7 +87,7 @@ class RunStats:
                 "bound_share": (self.run.get("bound_cycles") or 0) / self.best_cycles,
                 "by_proposer": self.by_proposer, "tokens": self.tokens,
                 "cost_usd": self.cost_usd, "checking": self.checking,
-                "fastest_found": self.fastest_found,
+                "fastest_found": self.fastest_found, "start": self.start,
                 "errors": self.errors + ([self.llm_stopped or self.llm_error]
                                          if self.llm_stopped or self.llm_error else [])}
 

@@ -27,6 +27,7 @@ from stochopt.search.event_log import BoundedEventLog
 from stochopt.search.executor import make_executor
 from stochopt.search.stats import RunStats
 from stochopt.search.values import Proofs
+from stochopt.tuning.runs import RunRecorder
 
 RESERVE_SHARE = 0.2     # the most of a budget kept back for the checks at its end
 RESERVE_FLOOR_S = 2.0   # ... and the least (unless the budget is shorter)
@@ -168,6 +169,7 @@ class _RunState:
         self.fatal: tuple[str, str] | None = None
         self.last_checkpoint = time.time()
         self.proofs = Proofs()  # value graphs proved in this session, by any chain
+        self.tuning = RunRecorder(rd, run, self.stats.notes)  # the tuning database
 
     # -- the pool ---------------------------------------------------------------------
     def queue_start_and_pending(self, start_text: str) -> None:
@@ -293,6 +295,7 @@ class _RunState:
             _write_best(self.rd, parse(pending.text, self.machine), self.spec, facts,
                         self.machine, "start")
             self.proved_cycles = pending.cycles
+            self.tuning.best(self.rd)
 
     def _proved(self, text: str, cycles: int, facts: dict, chain: int,
                 t: float | None = None) -> None:
@@ -302,6 +305,7 @@ class _RunState:
         t = self.stats.elapsed() if t is None else t
         _write_best(self.rd, parse(text, self.machine), self.spec, facts, self.machine,
                     "search", t, chain)
+        self.tuning.best(self.rd)
         self.proved_cycles, self.proved_text = cycles, text
         self.stats.best_cycles = cycles
         self.stats.keep_best(text, cycles, facts, chain)
@@ -338,6 +342,7 @@ class _RunState:
             "bests": self.stats.bests, "stopped_by": stopped_by,
             "pending": [p.to_json() for p in waiting if p.check_id != START]})
         self.log.flush()
+        self.tuning.stats(self.stats.moves)
         self.last_checkpoint = time.time()
 
     def finish(self, why: str, signum: int | None, baseline_text: str) -> RunResult:
@@ -369,6 +374,7 @@ class _RunState:
             if note:
                 self.stats.notes.append(note)
                 self.stats.best_cycles = read_json(self.rd / BEST_JSON)["cycles"]
+        self.tuning.end(self.rd, why)
         return self._result(why, signum)
 
     def _result(self, why: str, signum: int | None) -> RunResult:
@@ -391,7 +397,8 @@ class _RunState:
             lowering or (best.get("verdict") is not None and bool(best["verdict"]["equivalent"])),
             round(stats.elapsed(), 2), run["budget_s"], why, stats.tokens,
             round(stats.cost_usd, 6), list(stats.errors), list(stats.notes),
-            record["cycles"] if record else None, record["path"] if record else None, signum)
+            record["cycles"] if record else None, record["path"] if record else None, signum,
+            stats.start)
 
 
 def _quotas(max_proposals, chains: int) -> list[int | None]:

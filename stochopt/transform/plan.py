@@ -117,20 +117,33 @@ class PlanResult:
     kernel: Kernel
     applied: list[Step] = field(default_factory=list)
     stopped: str | None = None   # why the plan ended before its last step
+    skipped: list[str] = field(default_factory=list)  # with skip: the steps left out
 
 
-def apply_plan(kernel: Kernel, steps: Sequence[Step], machine) -> PlanResult:
+def apply_plan(kernel: Kernel, steps: Sequence[Step], machine,
+               skip: bool = False) -> PlanResult:
     """Apply the steps in order, each to the kernel the ones before made; the first step
-    that does not apply ends the plan with those before it."""
+    that does not apply ends the plan with those before it. With ``skip`` (replaying a
+    plan made on another kernel: the same spec at other shapes) such a step is skipped,
+    with why, and the rest go on; ``applied`` then replays to the result."""
     result = PlanResult(kernel)
     for number, step in enumerate(steps, 1):
         try:
             result.kernel = apply_step(result.kernel, step, machine)
         except PlanError as e:
-            result.stopped = f"step {number} ({step.rule}): {e}"
-            break
+            why = f"step {number} ({step.rule}): {e}"
+            if not skip:
+                result.stopped = why
+                break
+            result.skipped.append(why)
+            continue
         result.applied.append(step)
     return result
+
+
+def replay_plan(kernel: Kernel, steps: Sequence[Step], machine) -> PlanResult:
+    """apply_plan with skip: a plan from another kernel, the steps that apply."""
+    return apply_plan(kernel, steps, machine, skip=True)
 
 
 # -- every step, and one drawn at random ---------------------------------------------

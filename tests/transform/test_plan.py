@@ -71,6 +71,17 @@ def test_a_step_that_does_not_apply_ends_the_plan_with_the_steps_before(softmax)
         assert out.applied == [] and out.kernel is kernel and out.stopped
 
 
+def test_a_replayed_plan_skips_what_does_not_apply_and_keeps_the_rest(softmax):
+    _, kernel = softmax
+    plan = [e.step for e in P.menu(kernel, MNCORE2)[:1]]
+    odd = [P.Step("tile_output", 999)] + plan + [P.Step("no_such_rule", 0)]
+    result = P.replay_plan(kernel, odd, MNCORE2)
+    assert result.applied == plan and len(result.skipped) == 2 and result.stopped is None
+    assert result.skipped[0].startswith("step 1 (tile_output)") and "not site 999" in \
+        result.skipped[0]
+    assert render(result.kernel) == render(P.apply_plan(kernel, plan, MNCORE2).kernel)
+
+
 def test_greedy_descent_is_replayed_by_its_plan(softmax):
     spec, kernel = softmax
     screening = ScreeningSet(spec, kernel, MNCORE2, seed=0)
