@@ -24,8 +24,15 @@ from stochopt.verify import check
 
 ROOT = Path(__file__).resolve().parents[2]
 SOFTMAX = str(ROOT / "specs" / "softmax.py")
+
+
 # the CLI of this checkout, whatever stochopt is installed
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+def env() -> dict[str, str]:
+    """The environment of a child process, read when it starts: the test's own tuning
+    database (conftest.py sets XDG_CACHE_HOME per test) and this checkout on the path."""
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
 EVENT_KEYS = {"t", "chain", "proposer", "outcome", "cycles", "error", "tokens", "cost_usd"}
 
 
@@ -88,7 +95,7 @@ def test_the_same_seed_gives_the_same_events(tmp_path):
 def _start(args, cwd):
     return subprocess.Popen([sys.executable, "-m", "stochopt", "optimize", *args, "--quiet"],
                             cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=ENV)
+                            env=env())
 
 
 def _wait_for(predicate, timeout):
@@ -112,7 +119,7 @@ def test_kill_9_leaves_a_verified_best_and_resume_finishes(tmp_path):
     run_dir = tmp_path / "run"
     # a proposal cap long enough that the kill lands before the end on a loaded machine,
     # short enough that the resumed run finishes soon
-    proc = _start([SOFTMAX, "--budget", "10m", "--max-proposals", "20000", "--chains", "1",
+    proc = _start([SOFTMAX, "--budget", "10m", "--max-proposals", "100000", "--chains", "1",
                    "--run-dir", str(run_dir)], tmp_path)
     assert _wait_for(lambda: _searched_best(run_dir), 240), proc.stderr.read() \
         if proc.poll() is not None else "no improvement found before the kill"
@@ -126,7 +133,7 @@ def test_kill_9_leaves_a_verified_best_and_resume_finishes(tmp_path):
     before = len(read_events(run_dir / "events.jsonl"))
     done = subprocess.run([sys.executable, "-m", "stochopt", "optimize", "--resume",
                            str(run_dir), "--quiet"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=600, env=ENV)
+                          text=True, timeout=600, env=env())
     assert done.returncode == 0, done.stderr
     state = json.loads((run_dir / "checkpoint.json").read_text())
     assert state["finished"]
@@ -155,7 +162,7 @@ def test_a_signal_stops_the_run_non_zero_with_a_resume_hint(tmp_path, signum):
     assert state["finished"] is False and state["stopped_by"] == "interrupted"
     assert len(state["chains"]) == 2
     report = subprocess.run([sys.executable, "-m", "stochopt", "report", str(run_dir)],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=120, env=ENV)
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env())
     assert report.returncode == 0, report.stderr
     status = next(line for line in report.stdout.splitlines() if line.startswith("status"))
     assert "interrupted" in status and "running" not in status
@@ -189,7 +196,7 @@ def test_a_check_cut_by_the_budget_leaves_a_named_unproved_kernel(tmp_path):
     assert not any(e["outcome"] == "rejected" and "full check" in str(e["error"])
                    for e in events)
     report = subprocess.run([sys.executable, "-m", "stochopt", "report", str(run_dir)],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=120, env=ENV)
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env())
     assert report.returncode == 0, report.stderr
     assert "a faster kernel was found but not proved" in report.stdout
     row = next(line for line in report.stdout.splitlines() if line.startswith("unproved"))
@@ -247,5 +254,5 @@ def test_bad_arguments_are_clear_errors(tmp_path):
     with pytest.raises(StochoptError, match="run.json"):
         optimize(resume=str(tmp_path))
     r = subprocess.run([sys.executable, "-m", "stochopt", "optimize", SOFTMAX, "--budget",
-                        "ten"], capture_output=True, text=True, cwd=tmp_path, env=ENV)
+                        "ten"], capture_output=True, text=True, cwd=tmp_path, env=env())
     assert r.returncode == 2 and "duration" in r.stderr and "Traceback" not in r.stderr

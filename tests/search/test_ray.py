@@ -30,7 +30,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.ray]
 
 ROOT = Path(__file__).resolve().parents[2]
 SOFTMAX = str(ROOT / "specs" / "softmax.py")
-ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def env() -> dict[str, str]:
+    """The environment of a child process, read when it starts: the test's own tuning
+    database (conftest.py sets XDG_CACHE_HOME per test) and this checkout on the path."""
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
 NODE = {"num_cpus": 1, "object_store_memory": 80 * 1024**2}
 # a node that goes away is noticed within a couple of seconds, not Ray's default ~30 s
 FAST_HEALTH = {"health_check_period_ms": 500, "health_check_failure_threshold": 4}
@@ -128,7 +135,7 @@ def test_a_killed_driver_leaves_a_run_that_resumes_on_the_cluster(cluster, tmp_p
     driver = subprocess.Popen(
         [sys.executable, "-m", "stochopt", "optimize", SOFTMAX, "--budget", "60s",
          "--seed", "4", "--run-dir", str(run_dir), "--ray", c.address, "--quiet"],
-        env=ENV, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        env=env(), cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.time() + 120
         while time.time() < deadline:  # both chains' states checkpointed
@@ -148,7 +155,7 @@ def test_a_killed_driver_leaves_a_run_that_resumes_on_the_cluster(cluster, tmp_p
     assert not before["finished"]
     resumed = subprocess.run(
         [sys.executable, "-m", "stochopt", "optimize", "--resume", str(run_dir), "--quiet"],
-        env=ENV, cwd=tmp_path, capture_output=True, text=True, timeout=180)
+        env=env(), cwd=tmp_path, capture_output=True, text=True, timeout=180)
     assert resumed.returncode == 0, resumed.stderr
     after = read_json(run_dir / "checkpoint.json")
     assert after["finished"] and after["proposals"] > before["proposals"]
@@ -168,7 +175,7 @@ def test_ctrl_c_stops_every_actor_within_seconds(cluster, tmp_path):
     driver = subprocess.Popen(
         [sys.executable, "-m", "stochopt", "optimize", SOFTMAX, "--budget", "5m",
          "--chains", "3", "--run-dir", str(run_dir), "--ray", c.address, "--quiet"],
-        env=ENV, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        env=env(), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 120
         while time.time() < deadline and not (
