@@ -207,7 +207,12 @@ def test_an_endpoint_that_keeps_failing_is_reported_and_never_stops_the_chain(
     with LLMServer(default=error(500, message="the GPU is on fire")) as server:
         chain, llm = make_chain(softmax, server, tmp_path, ("mutate", "rewrite", "llm"),
                                 retries=1)
+        # at least 150 steps, and on until the failed request is heard: a step from the
+        # cache can take less time than the request's round trip on a loaded machine
         events = steps(chain, 150)
+        end = time.time() + 30
+        while not any(e["proposer"] == "llm" for e in events) and time.time() < end:
+            events += steps(chain, 10)
         llm.close()
     failures = [e for e in events if e["proposer"] == "llm"]
     assert failures and all(e["outcome"] == "invalid" and e["move"] == "request_failed"
