@@ -204,7 +204,7 @@ class _Analysis:
     def _sum(self, i: int, node: Node, x: Interval) -> Interval:
         axis = node.attr("axis")
         n = self.kernel.nodes[node.args[0]].type.shape[axis]
-        lo, hi = min(n * x[0], x[0]), max(n * x[1], x[1])
+        lo, hi = n * x[0], n * x[1]  # n terms, each in [x0, x1]
         least = self.rel.summed(i, node, x[0] >= 0)
         if least is not None:  # a sum of non-negative terms holding a peak in every row
             lo = max(lo, least)
