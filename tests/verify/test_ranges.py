@@ -221,3 +221,17 @@ def test_a_partial_sum_over_the_total_is_a_share(spec_and_baseline):
     other = parse(text.replace("FRACTION", "s / first"))  # not a share: refused
     hazard = range_refusal(other, baseline, spec)
     assert hazard is not None and hazard.kind in (ZERO_DIVISION, OVERFLOW)
+
+
+def test_the_hand_kernels_pass_the_analysis_without_a_clamp(repo, spec_and_baseline):
+    """No kernel in benchmarks/kernels needs a guard that changes no value (a clamp of
+    a value to bounds it already keeps) to get through the range analysis."""
+    from stochopt.leir.rules import Const
+
+    for path in sorted((repo / "benchmarks/kernels").glob("*.leir")):
+        kernel = parse(path.read_text())
+        spec, baseline = spec_and_baseline(f"specs/{path.stem}.py")
+        clamps = [n.line for n in kernel.nodes if n.op in ("maximum", "minimum")
+                  and any(isinstance(a, Const) for a in n.args)]
+        assert clamps == [], f"{path.name}: a clamp at lines {clamps}"
+        assert range_refusal(kernel, baseline, spec) is None, path.name
