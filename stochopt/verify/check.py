@@ -38,6 +38,8 @@ from stochopt.verify.compare import (
     tolerance,
 )
 from stochopt.verify.counts import counted_nodes, exact_output
+from stochopt.verify.coverage import NO_DECISIONS, coverage_of
+from stochopt.verify.directed import directed_inputs
 from stochopt.verify.hunting import kernel_boundaries
 from stochopt.verify.magnitude import magnitudes
 from stochopt.verify.ranges import Hazard, range_refusal
@@ -100,13 +102,15 @@ class Verdict(Displayable):  # Displayable: Jupyter shows it with its counterexa
     warnings: list[str] = field(default_factory=list)
     interrupted: bool = False  # stopped at its deadline: neither proved nor refuted
     range_refusal: str | None = None  # the static range analysis refused the kernel
+    # decision points the baseline lacks, and which sides inputs reached (coverage.py)
+    coverage: dict | None = None
 
     def to_json(self) -> dict:
         out = {"equivalent": self.equivalent, "examples": self.examples, "seed": self.seed,
                "max_semantic_error": _finite(self.max_semantic_error),
                "max_precision_error": _finite(self.max_precision_error),
                "elapsed_s": round(self.elapsed_s, 3), "warnings": self.warnings,
-               "range_refusal": self.range_refusal}
+               "range_refusal": self.range_refusal, "coverage": self.coverage}
         if self.counterexample:
             m = self.counterexample.mismatch
             out["counterexample"] = {"check": m.check, "index": list(m.index),
@@ -168,6 +172,8 @@ class _Comparison:
         self.count = 0
         self.typical_scale = typical_output_scale(spec)
         self.counted = counted_nodes(kernel)
+        # the kernel's native output; coverage.Coverage.native also observes decisions
+        self.native = partial(emulate, kernel)
         self.last_score = 0.0  # the last input's worst error over its limit (inf: failed)
         self.best_score = -1.0  # the largest last_score of a passing input, and the input
         self.best_inputs: dict[str, np.ndarray] | None = None
@@ -188,7 +194,7 @@ class _Comparison:
         self.semantic = max(self.semantic, sem)
         if bad is not None:
             return bad
-        got = emulate(self.kernel, inputs)
+        got = self.native(inputs)
         base = None if self.baseline is None else emulate(self.baseline, inputs)
         judge = partial(precision_check, got, ref, self.spec.output_dtype, self.spec.rtol,
                         self.spec.atol, base, magnitude=size)
@@ -330,10 +336,17 @@ def _refused_by_range(cmp, hazard: Hazard, spec, seed, extra_inputs, structured,
 
 def _check(cmp, examples, seed, extra_inputs, structured, cuts, start) -> Verdict:
     spec = cmp.spec
+    # --- candidate-directed inputs (coverage.py, directed.py): only for a candidate
+    # with decision points the baseline lacks
+    coverage = coverage_of(cmp.kernel, cmp.baseline, spec) if structured else None
+    if coverage is not None:
+        cmp.native = coverage.native
 
     def verdict(bad: Counterexample | None) -> Verdict:
         return Verdict(bad is None, cmp.count, seed, cmp.semantic, cmp.precision, bad,
-                       time.perf_counter() - start)
+                       time.perf_counter() - start,
+                       coverage=coverage.summary() if coverage is not None else
+                       (NO_DECISIONS if structured else None))
 
     fixed = 0
     for recipes, inputs, kind in islice(_fixed_inputs(spec, structured, extra_inputs, cuts,
@@ -343,6 +356,13 @@ def _check(cmp, examples, seed, extra_inputs, structured, cuts, start) -> Verdic
         bad = cmp.run(inputs)
         if bad is not None:
             return verdict(Counterexample(bad, inputs, recipes, found_by=kind))
+    if coverage is not None:
+        before = cmp.count
+        found = directed_inputs(cmp, coverage, spec, seed, examples)
+        if found is not None:
+            bad, inputs, how = found
+            return verdict(Counterexample(bad, inputs, found_by=how))
+        fixed += cmp.count - before
     steps = min(CLIMB_STEPS, int(CLIMB_SHARE * examples)) if structured else 0
     remaining = examples - fixed - steps
     if remaining > 0:
@@ -399,6 +419,7 @@ def certificate(kernel: Kernel, spec: Spec, verdict: Verdict, machine=None) -> d
         "equivalent": verdict.equivalent, "seed": verdict.seed, "examples": verdict.examples,
         "max_semantic_error": _finite(verdict.max_semantic_error),
         "max_precision_error": _finite(verdict.max_precision_error),
+        "coverage": verdict.coverage,
         "checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "versions": {"stochopt": __version__, "numpy": np.__version__,
                      "hypothesis": hypothesis.__version__,
