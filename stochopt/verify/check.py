@@ -38,7 +38,7 @@ from stochopt.verify.compare import (
     tolerance,
 )
 from stochopt.verify.counts import counted_nodes, exact_output
-from stochopt.verify.coverage import NO_DECISIONS, coverage_of
+from stochopt.verify.coverage import NO_DECISIONS, coverage_of, coverage_warnings
 from stochopt.verify.directed import directed_inputs
 from stochopt.verify.hunting import kernel_boundaries
 from stochopt.verify.magnitude import magnitudes
@@ -343,10 +343,11 @@ def _check(cmp, examples, seed, extra_inputs, structured, cuts, start) -> Verdic
         cmp.native = coverage.native
 
     def verdict(bad: Counterexample | None) -> Verdict:
+        summary = coverage.summary() if coverage is not None else (
+            NO_DECISIONS if structured else None)
         return Verdict(bad is None, cmp.count, seed, cmp.semantic, cmp.precision, bad,
-                       time.perf_counter() - start,
-                       coverage=coverage.summary() if coverage is not None else
-                       (NO_DECISIONS if structured else None))
+                       time.perf_counter() - start, coverage=summary,
+                       warnings=coverage_warnings(summary) if bad is None else [])
 
     fixed = 0
     for recipes, inputs, kind in islice(_fixed_inputs(spec, structured, extra_inputs, cuts,

@@ -102,6 +102,17 @@ def coverage_of(kernel: Kernel, baseline: Kernel | None, spec) -> Coverage | Non
     return Coverage(kernel, targets) if targets else None
 
 
+def coverage_warnings(summary: dict | None) -> list[str]:
+    """A warning for an equivalent verdict whose inputs left reachable sides untried:
+    what the kernel does there was not tested."""
+    if not summary or not summary["not_reached"]:
+        return []
+    return [f"no input reached {len(summary['not_reached'])} side(s) of the kernel's "
+            f"decision points that the declared ranges allow: "
+            f"{', '.join(summary['not_reached'])}; the kernel was not tested there "
+            "(more --examples, or another --seed, may reach them)"]
+
+
 def describe_coverage(summary: dict | None) -> str:
     """One line for the CLI: how many decision points and sides were covered."""
     if not summary or not summary["targets"]:

@@ -135,15 +135,15 @@ FAMILY_SHARE = 0.3
 
 
 def family_recipes(spec: Spec, seed: int, count: int) -> list[dict[str, Recipe]]:
-    """Up to `count` family cases (families.py): each family on each input in turn, the
-    other inputs uniform (random masks), its parameter rotated by the seed, then each
-    link on each pair it fits; families round-robin, so a short budget still sees every
-    family once. "scaled" also runs at its deepest scales (tiny and subnormal values)."""
+    """Up to `count` family cases (families.py), the other inputs uniform (random masks):
+    each family on each input that it fits, its parameter rotated by the seed ("scaled"
+    also at its deepest scales, subnormal values), every float input tiny at once, and
+    each link on each pair it fits. Taken family by family, each on the next input in
+    turn, so a short budget still sees every family once, on inputs the seed rotates."""
     plain = {n: Recipe("random" if t.dtype == "bool" else "uniform", 4000 + 100 * j)
              for j, (n, t) in enumerate(spec.inputs.items())}
-    rounds: list[list[dict[str, Recipe]]] = []
+    by_family: dict[str, list[dict[str, Recipe]]] = {}
     for j, (name, t) in enumerate(spec.inputs.items()):
-        cases = []
         for i, family in enumerate(BOOL_FAMILIES if t.dtype == "bool" else FLOAT_FAMILIES):
             values = parameters(family, t)
             picks = [values[(seed * 7 + 3 * j + i) % len(values)]]
@@ -152,27 +152,26 @@ def family_recipes(spec: Spec, seed: int, count: int) -> list[dict[str, Recipe]]
             for k, value in enumerate(picks):
                 case = dict(plain)
                 case[name] = Recipe(family, 5000 + 100 * j + 10 * i + k + seed, value)
-                cases.append(case)
-        rounds.append(cases)
+                by_family.setdefault(f"{family}:{k}", []).append(case)
     floats = [n for n, t in spec.inputs.items() if t.dtype in ("f32", "bf16")]
     if len(floats) > 1:  # every float input tiny at once: a term lost between them
         case = dict(plain)
         for j, name in enumerate(floats):
             values = parameters("scaled", spec.inputs[name])
             case[name] = Recipe("scaled", 5900 + j + seed, values[-2 - seed % 4])
-        rounds.append([case])
+        by_family["all scaled"] = [case]
     for i, link in enumerate(FAMILY_LINKS):
-        cases = []
         for p in range(len(link_pairs(spec, link))):
             case = dict(plain)
             first = next(iter(case))
             case[first] = Recipe(case[first].pattern, 6000 + 10 * i + p + seed,
                                  link=f"{link}:{p}")
-            cases.append(case)
-        rounds.append(cases)
+            by_family.setdefault(link, []).append(case)
+    queues = [cases[seed % len(cases):] + cases[:seed % len(cases)]
+              for cases in by_family.values()]
     out: list[dict[str, Recipe]] = []
-    while len(out) < count and any(rounds):
-        for cases in rounds:  # one case of each input's families in turn
+    while len(out) < count and any(queues):
+        for cases in queues:  # each family once per round
             if cases and len(out) < count:
                 out.append(cases.pop(0))
     return out
