@@ -63,7 +63,8 @@ class _Search:
         self.budget = budget          # inputs to compare in full
         self.compared = 0
         self.corpus: list[dict] = []  # inputs that reached something new
-        self.exploited: set[tuple[int, str]] = set()  # sides tried with other values
+        # side -> (an input that reached it, how): where other values are tried
+        self.reached_by: dict[tuple[int, str], tuple[dict, str]] = {}
         self.constants = kernel_constants(self.kernel)
         names = {i: n.attr("name") for i, n in enumerate(self.kernel.nodes) if n.op == "input"}
         self.depends = []
@@ -72,56 +73,53 @@ class _Search:
             self.depends.append([names[i] for i in names if need[i]])
 
     def run(self) -> tuple | None:
-        # every side, reached or open: an input at its boundary, and other values there
+        # every side, reached or open: an input at its boundary (the band first: fast
+        # paths live there), compared where it reaches its side
         for index, target in enumerate(self.coverage.targets):
-            for side in ("band", "below", "above"):  # the boundary first: fast paths
+            for side in ("band", "below", "above"):
                 if side not in target.dead:
                     found = self._boundary(index, side)
                     if found is not None:
                         return found
-        # sides reached only by the fixed cases: other values on the nearest of those
-        for key, (_, inputs) in list(self.coverage.closest.items()):
-            text = self.coverage.targets[key[0]].text
-            found = self._exploited(inputs, key, f"{text} {key[1]}, reached")
-            if found is not None:
-                return found
+        # then other values on every side reached, nearest the boundary
+        for key, (_, inputs) in self.coverage.closest.items():
+            self.reached_by.setdefault(key, (inputs, f"{self.coverage.targets[key[0]].text} "
+                                                     f"{key[1]}, reached"))
+        found = self._other_values()
         for index, side in self.coverage.open_sides():
-            if side not in self.coverage.reached[index]:
+            if found is None and side not in self.coverage.reached[index]:
                 found = self._walk(index, side)
-                if found is not None:
-                    return found
-        return self._loop()
+        if found is None:
+            found = self._loop()
+        return found if found is not None else self._other_values()
+
+    def _other_values(self) -> tuple | None:
+        """On every side reached, values that differ there (the targeted variants of
+        every side before the drawn ones, so a short budget tries each)."""
+        pending, self.reached_by = self.reached_by, {}
+        for variants in (self._correlated, self._redrawn):
+            for key, (inputs, how) in pending.items():
+                for variant in variants(inputs, key[0]):
+                    found = self._compare(legal(self.spec, variant), how + ", other values")
+                    if found is not None:
+                        return found
+        return None
 
     # -- one try --------------------------------------------------------------------
     def _try(self, inputs: dict, how: str, key: tuple[int, str] | None = None
              ) -> tuple | None:
         """Probe an input; compare it where it reaches a side never reached before, or
-        the side `key` it was built for, and then try other values there."""
+        the side `key` it was built for (remembered for other values there)."""
         inputs = legal(self.spec, inputs)
         before = {(i, s) for i, sides in self.coverage.reached.items() for s in sides}
         here = self.coverage.probe(inputs)
-        new = here - before
-        wanted = new | ({key} & here if key is not None else set())
+        wanted = (here - before) | ({key} & here if key is not None else set())
         if not wanted or self.compared >= self.budget:
             return None
         self.corpus.append(inputs)
-        found = self._compare(inputs, how)
-        for reached in sorted(wanted):
-            if found is None:
-                found = self._exploited(inputs, reached, how)
-        return found
-
-    def _exploited(self, inputs: dict, key: tuple[int, str], how: str) -> tuple | None:
-        """A side is reached: what the kernel does there shows only with values that
-        differ there, so try the inputs the decision does not read drawn otherwise."""
-        if key in self.exploited:
-            return None
-        self.exploited.add(key)
-        for variant in self._exploits(inputs, key[0]):
-            found = self._compare(legal(self.spec, variant), how + ", other values")
-            if found is not None:
-                return found
-        return None
+        for reached in wanted:
+            self.reached_by.setdefault(reached, (inputs, how))
+        return self._compare(inputs, how)
 
     def _compare(self, inputs: dict, how: str) -> tuple | None:
         if self.compared >= self.budget:
@@ -130,25 +128,26 @@ class _Search:
         bad = self.cmp.run(inputs)
         return None if bad is None else (bad, inputs, how)
 
-    def _exploits(self, inputs: dict, index: int):
-        """Variants of an input that reached a new side: each input the target does not
-        read drawn from a hunting pattern, and a float input of a read mask's shape with
-        each row's largest values put where the mask drops (or keeps) its elements."""
+    def _redrawn(self, inputs: dict, index: int):
+        """The inputs the target does not read, drawn from hunting patterns."""
         from stochopt.verify.strategies import Recipe, build_tensor
 
         reads = set(self.depends[index])
         free = [n for n, t in self.spec.inputs.items() if n not in reads and t.dtype != "bool"]
-        for k, pattern in enumerate(EXPLOIT_PATTERNS[:EXPLOITS]):
-            if free:
-                seed = int(self.rng.integers(1 << 30))
-                yield dict(inputs, **{n: build_tensor(self.spec.inputs[n], Recipe(pattern,
-                                                                                  seed + k))
-                                      for n in free})
-        masks = [n for n in reads if self.spec.inputs[n].dtype == "bool"]
-        for mask in masks:
-            for name in free:
-                t = self.spec.inputs[name]
-                if t.shape == self.spec.inputs[mask].shape:
+        for k, pattern in enumerate(EXPLOIT_PATTERNS[:EXPLOITS] if free else ()):
+            seed = int(self.rng.integers(1 << 30))
+            yield dict(inputs, **{n: build_tensor(self.spec.inputs[n], Recipe(pattern, seed + k))
+                                  for n in free})
+
+    def _correlated(self, inputs: dict, index: int):
+        """A float input of the shape of a mask the target reads (and it does not), with
+        each row's largest values where the mask drops its elements, then where it keeps
+        them: what a path that ignores the mask gets wrong."""
+        reads = set(self.depends[index])
+        for mask in (n for n in reads if self.spec.inputs[n].dtype == "bool"):
+            for name, t in self.spec.inputs.items():
+                if name not in reads and t.dtype != "bool" and t.shape == \
+                        self.spec.inputs[mask].shape:
                     fresh = self.rng.uniform(*t.bounds, t.shape)  # distinct values
                     for keep in (False, True):
                         yield dict(inputs, **{name: _largest_where(fresh,
@@ -171,7 +170,7 @@ class _Search:
         for inputs in self._backpropagated(target, side, self._start(index, side)):
             found = self._try(inputs, f"directed input: back-propagated to {what}",
                               (index, side))
-            if found is not None or (index, side) in self.exploited:
+            if found is not None or (index, side) in self.reached_by:
                 return found
         return None
 

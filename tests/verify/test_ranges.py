@@ -19,6 +19,7 @@ from stochopt.verify.ranges import (
     range_facts,
     range_refusal,
 )
+from stochopt.verify.relations import canonical_nodes
 
 WIDE = "tests/verify/corpus/specs/logsumexp_wide.py"
 CORPUS = Path(__file__).resolve().parent / "corpus"
@@ -164,6 +165,10 @@ def test_a_bound_of_another_image_is_no_bound(body, spec_and_baseline):
 def test_a_product_of_a_term_with_itself_is_a_square(spec_and_baseline):
     spec, baseline = spec_and_baseline("specs/layernorm.py")
     kernel = parse((EQUAL_FORMS / "layernorm__inline_square.leir").read_text())
+    # the two factors, written out apart, are one value
+    subs = [i for i, n in enumerate(kernel.nodes) if n.op == "sub"]
+    same = canonical_nodes(kernel)
+    assert len(subs) >= 2 and len({same[i] for i in subs}) == 1
     assert range_refusal(kernel, baseline, spec) is None
     # a product of two different values may be negative: rsqrt of it is refused
     other = (EQUAL_FORMS / "layernorm__inline_square.leir").read_text().replace(
