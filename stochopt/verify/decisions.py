@@ -11,7 +11,7 @@ whose sign says which way the decision goes:
                                                            select between two values
     where (c, x, y)              +1 where c, -1 elsewhere  (c not itself a target)
     cast to i32 or bool          x                         truncation, zero or not
-    cast to bf16 of a count      |x| - 256                 past bf16's whole numbers
+    a count held in bf16         |x| - 256                 past bf16's whole numbers
     reduce over some columns     max(rest) - max(these)    the rest holds the extreme
       of a value (a subset)      (min alike, sums by size)
 
@@ -116,8 +116,12 @@ def _dead(target: Target, intervals: list) -> frozenset[str]:
 
 
 def _key(kernel: Kernel, i: int):
-    term = kernel.terms[i]
-    return term.native_key if kernel.nodes[i].op == "cast" else term.exact_key
+    """The value key a decision is compared by: exact (layouts and float dtypes do not
+    change a decision), but native for casts and bf16 values, whose rounding is the
+    decision (a count held in bf16 is not the baseline's count held in f32)."""
+    term, node = kernel.terms[i], kernel.nodes[i]
+    return term.native_key if node.op == "cast" or node.type.dtype == "bf16" else \
+        term.exact_key
 
 
 def _keys(kernel: Kernel) -> set:
@@ -159,11 +163,13 @@ def _target(kernel: Kernel, i: int, counted, relations) -> Target | None:
         dtype = node.attr("dtype")
         if dtype in ("i32", "bool") and kernel.nodes[node.args[0]].type.dtype != "bool":
             return Target(i, op, "cast", _text(kernel, i), node.args[0], 0.0)
-        if dtype == "bf16" and node.args[0] in counted:
-            return Target(i, op, "cast", _text(kernel, i, f"cast({_name(kernel, node.args[0])}"
-                                               ", bf16) of a count"), node.args[0], BF16_WHOLE)
     if op in ("reduce_max", "reduce_min", "reduce_sum") and isinstance(node.args[0], int):
-        return _subset(kernel, i, relations)
+        subset = _subset(kernel, i, relations)
+        if subset is not None:
+            return subset
+    if i in counted and node.type.dtype == "bf16":  # a count held in bf16: past 256?
+        what = f"{_name(kernel, i)} = {node.op}(...), a count held in bf16"
+        return Target(i, op, "cast", _text(kernel, i, what), i, BF16_WHOLE)
     return None
 
 
