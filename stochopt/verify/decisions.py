@@ -78,18 +78,20 @@ def decision_targets(kernel: Kernel, baseline: Kernel | None,
             continue
         target = _target(kernel, i, counted, analysis.rel)
         if target is not None:
-            targets.append(replace(target, dead=_dead(target, analysis.intervals)))
+            targets.append(replace(target, dead=_dead(target, analysis)))
     # a where whose condition is a comparison target of its own adds nothing
     compared = {t.node for t in targets if t.kind == "compare"}
     return [t for t in targets if not (t.kind == "mask" and t.left in compared)]
 
 
-def _dead(target: Target, intervals: list) -> frozenset[str]:
-    """The sides the margin's interval cannot reach."""
+def _dead(target: Target, analysis) -> frozenset[str]:
+    """The sides the margin cannot reach: by its interval, or, for a value against a
+    bound over parts holding it (x against max(x)), by that relation."""
     if target.kind == "mask":
         return frozenset({"band"})  # a bool condition has two sides and no band
     if target.kind == "subset":
         return frozenset()
+    intervals = analysis.intervals
 
     def interval(v):
         return intervals[v] if type(v) is int else (float(v), float(v))
@@ -103,7 +105,11 @@ def _dead(target: Target, intervals: list) -> frozenset[str]:
         lo_b, hi_b = interval(target.right)
         lo, hi = lo_a - hi_b, hi_a - lo_b
         size = max(abs(lo_a), abs(hi_a), abs(lo_b), abs(hi_b))
-    if not (np.isfinite(lo) and np.isfinite(hi)):
+        if type(target.left) is int and type(target.right) is int:
+            limits = analysis.rel.bounded_by(target.left, target.right, (lo_b, hi_b))
+            if limits is not None:
+                lo, hi = max(lo, limits[0]), min(hi, limits[1])
+    if np.isnan(lo) or np.isnan(hi):
         return frozenset()
     dead = set()
     if lo >= 0:

@@ -262,26 +262,35 @@ class Relations:
     def shift(self, i: int, node: Node, bound_interval) -> tuple[float, float] | None:
         """x - b for b a max (min) bound over parts holding x, or over more parts than
         x's own bound: (lo, hi) limits on the difference (at most a rounding's worth
-        above 0, at least 0 for a min), else None."""
+        above 0, at least 0 for a min), else None; and the peak it makes."""
         x, b = node.args
+        limits = self.bounded_by(x, b, bound_interval)
         bound = self.bounds.get(b)
-        if bound is None or bound.kind == "sum":
-            return None
+        if limits is None or bound.kind != "max":
+            return limits
         axis = bound.parts[0].axis
         own = self.bounds.get(x)
         if own is not None and own.kind == bound.kind and bound.holds(own):
             # a tile's bound against the bound over all tiles: 0 where this tile holds it
-            if bound.kind == "max":
-                self.peak_sums[i] = Peak(axis, bound, tuple((p, 0.0) for p in own.parts))
+            self.peak_sums[i] = Peak(axis, bound, tuple((p, 0.0) for p in own.parts))
+        else:
+            self.peaks[i] = Peak(axis, bound, ((self.part(x, axis), 0.0),))
+        return limits
+
+    def bounded_by(self, x: int, b: int, bound_interval) -> tuple[float, float] | None:
+        """Limits on x - b where b is a max (min) bound over parts holding x, or over
+        more parts than x's own bound of that kind; None where no relation holds."""
+        bound = self.bounds.get(b)
+        if bound is None or bound.kind == "sum":
+            return None
+        own = self.bounds.get(x)
+        if own is not None and own.kind == bound.kind and bound.holds(own):
             return _limits(bound.kind, 0.0)
         base, bounds = self.views[x]
-        part = bound.part_of(base, bounds, axis, self.images[x])
+        part = bound.part_of(base, bounds, bound.parts[0].axis, self.images[x])
         if part is None:
             return None
-        slack = _slack(part.image, self.images[x], bound_interval)
-        if bound.kind == "max":
-            self.peaks[i] = Peak(axis, bound, ((self.part(x, axis), 0.0),))
-        return _limits(bound.kind, slack)
+        return _limits(bound.kind, _slack(part.image, self.images[x], bound_interval))
 
     def share(self, x: int, total: int, x_interval) -> bool:
         """x / total is in [0, 1]: total is a sum of non-negative values whose parts hold

@@ -90,3 +90,12 @@ def test_the_margin_reads_values_the_traced_emulation_keeps(spec_and_baseline):
     x = {"x": np.full((64, 256), 2.0, np.float32), "mask": np.ones((64, 256), bool)}
     values = traced.run(kernel, x, target.nodes(), exact=False)
     assert assess(target, values)["band"] <= 0
+
+
+def test_a_value_against_its_own_row_max_is_never_above_it(spec_and_baseline):
+    # xs == max(xs): the relation of section 2 says xs - max <= 0, so "above" is dead
+    text = _masked("    top = reduce_max(xs, axis=1, keepdims=True)\n"
+                   "    hot = cast(xs == top, \"f32\")\n"
+                   "    return store(right + reduce_sum(hot, axis=1, keepdims=True) * 0.0)\n")
+    target = next(t for t in _targets(text, spec_and_baseline) if t.op == "eq")
+    assert target.dead == {"above"}
