@@ -72,8 +72,8 @@ def backprop(kernel: Kernel, node: int, want: Interval, rows: bool = False,
         return back(tensors[0], (-hi, -lo))
     if op == "where" and len(tensors) == 3 and not consts:
         c, x, y = n.args
-        return (_both(back(c, (1.0, 1.0)), back(x, (lo, hi)))
-                + _both(back(c, (0.0, 0.0)), back(y, (lo, hi))))[:MAX_ALTERNATIVES]
+        return (both(back(c, (1.0, 1.0)), back(x, (lo, hi)))
+                + both(back(c, (0.0, 0.0)), back(y, (lo, hi))))[:MAX_ALTERNATIVES]
     if op in ("gt", "ge", "lt", "le", "eq") and len(tensors) == 1 and consts:
         return _compare(n, tensors[0], consts[0], lo, hi, back)
     if op == "mul" and len(n.args) == 2 and n.args[0] == n.args[1] and hi >= 0:
@@ -102,7 +102,7 @@ def backprop(kernel: Kernel, node: int, want: Interval, rows: bool = False,
     return []
 
 
-def _both(first: list[Alternative], second: list[Alternative]) -> list[Alternative]:
+def both(first: list[Alternative], second: list[Alternative]) -> list[Alternative]:
     """Alternatives that meet both lists: goals on the same input and scope intersect,
     and a pair whose intervals do not meet is no alternative."""
     out = []

@@ -16,7 +16,7 @@ import numpy as np
 
 from stochopt.leir.ir import Kernel
 from stochopt.verify import traced
-from stochopt.verify.decisions import SIDES, Target, assess, decision_targets
+from stochopt.verify.decisions import Target, assess, decision_targets
 
 
 @dataclass
@@ -32,6 +32,8 @@ class Coverage:
 
     def __post_init__(self) -> None:
         self.nodes = sorted({n for t in self.targets for n in t.nodes()})
+        # the last input's score per side (decisions.assess): <= 0 where it reached it
+        self.last_scores: dict[tuple[int, str], float] = {}
         for i in range(len(self.targets)):
             self.reached.setdefault(i, set())
 
@@ -52,11 +54,13 @@ class Coverage:
         """Record the sides this input reaches (returned); keep, per side, the input
         nearest to reaching it (open sides) or reaching it nearest to the boundary."""
         here = set()
+        self.last_scores = {}
         for i, target in enumerate(self.targets):
             for side, score in assess(target, values).items():
                 key = (i, side)
-                if side in target.dead:
+                if side in target.dead or side not in target.sides:
                     continue
+                self.last_scores[key] = score
                 if score <= 0:
                     here.add(key)
                     if side not in self.reached[i]:
@@ -71,12 +75,12 @@ class Coverage:
 
     def open_sides(self) -> list[tuple[int, str]]:
         """Sides not reached that the declared ranges do not make dead."""
-        return [(i, s) for i, t in enumerate(self.targets) for s in SIDES
+        return [(i, s) for i, t in enumerate(self.targets) for s in t.sides
                 if s not in self.reached[i] and s not in t.dead]
 
     def summary(self) -> dict:
         """What a verdict reports: targets, sides reached, and the rest by reason."""
-        sides = [(i, s) for i, t in enumerate(self.targets) for s in SIDES
+        sides = [(i, s) for i, t in enumerate(self.targets) for s in t.sides
                  if not (t.kind == "mask" and s == "band")]
         reached = [(i, s) for i, s in sides if s in self.reached[i]]
         dead = [(i, s) for i, s in sides if s in self.targets[i].dead]

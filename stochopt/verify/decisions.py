@@ -54,10 +54,22 @@ class Target:
     columns: tuple[int, int] | None = None
     # sides no input inside the declared ranges can reach (the range analysis)
     dead: frozenset[str] = frozenset()
+    # for a "path": the conditions of nested selections that all hold along it, each
+    # (op, a, b, wanted truth) with op a comparison of a and b, or "bool" for a bool a
+    conds: tuple = ()
+    sides: tuple[str, ...] = SIDES
+    # for a "mask": the two values the where chooses between; a side counts only at
+    # elements where they differ (where they agree, the choice changes nothing)
+    branches: tuple = ()
 
     def nodes(self) -> list[int]:
         """The nodes whose values the margin reads."""
-        return [v for v in (self.left, self.right, self.base) if type(v) is int]
+        return self.deciding() + [v for v in self.branches if type(v) is int]
+
+    def deciding(self) -> list[int]:
+        """The nodes the decision itself reads (not the values a where chooses from)."""
+        operands = [v for c in self.conds for v in c[1:3]]
+        return [v for v in (self.left, self.right, self.base, *operands) if type(v) is int]
 
 
 def decision_targets(kernel: Kernel, baseline: Kernel | None,
@@ -81,7 +93,39 @@ def decision_targets(kernel: Kernel, baseline: Kernel | None,
             targets.append(replace(target, dead=_dead(target, analysis)))
     # a where whose condition is a comparison target of its own adds nothing
     compared = {t.node for t in targets if t.kind == "compare"}
-    return [t for t in targets if not (t.kind == "mask" and t.left in compared)]
+    return [t for t in targets if not (t.kind == "mask" and t.left in compared)] + [
+        p for i in range(len(kernel.nodes)) if _key(kernel, i) not in known
+        for p in _paths(kernel, i)]
+
+
+def _paths(kernel: Kernel, i: int) -> list[Target]:
+    """where(c1, where(c2, x, y), z) (and a where in the false branch): the value x is
+    taken only where both conditions hold, a conjunction no single side covers (a band
+    written as two comparisons). One target per inner branch, its one side "above":
+    taken somewhere."""
+    node = kernel.nodes[i]
+    if node.op != "where" or not isinstance(node.args[0], int):
+        return []
+    out = []
+    for branch, outer in ((node.args[1], True), (node.args[2], False)):
+        inner = kernel.nodes[branch] if isinstance(branch, int) else None
+        if inner is None or inner.op != "where" or not isinstance(inner.args[0], int):
+            continue
+        for truth in (True, False):
+            conds = (_cond(kernel, node.args[0], outer), _cond(kernel, inner.args[0], truth))
+            words = " and ".join(f"{_name(kernel, c)} {'holds' if want else 'fails'}"
+                                 for c, want in ((node.args[0], outer),
+                                                 (inner.args[0], truth)))
+            out.append(Target(i, node.op, "path", _text(kernel, i, f"where {words}"),
+                              0.0, 0.0, conds=conds, sides=("above",)))
+    return out
+
+
+def _cond(kernel: Kernel, c: int, want: bool) -> tuple:
+    node = kernel.nodes[c]
+    if node.op in COMPARISONS and len(node.args) == 2:
+        return (node.op, _operand(node.args[0]), _operand(node.args[1]), want)
+    return ("bool", c, 0.0, want)
 
 
 def _dead(target: Target, analysis) -> frozenset[str]:
@@ -89,7 +133,7 @@ def _dead(target: Target, analysis) -> frozenset[str]:
     bound over parts holding it (x against max(x)), by that relation."""
     if target.kind == "mask":
         return frozenset({"band"})  # a bool condition has two sides and no band
-    if target.kind == "subset":
+    if target.kind in ("subset", "path"):
         return frozenset()
     intervals = analysis.intervals
 
@@ -164,7 +208,8 @@ def _target(kernel: Kernel, i: int, counted, relations) -> Target | None:
         kind = "clamp" if any(isinstance(x, Const) for x in node.args) else "select"
         return Target(i, op, kind, _text(kernel, i), _operand(a), _operand(b))
     if op == "where" and isinstance(node.args[0], int):
-        return Target(i, op, "mask", _text(kernel, i), node.args[0], 0.0)
+        return Target(i, op, "mask", _text(kernel, i), node.args[0], 0.0,
+                      branches=(_operand(node.args[1]), _operand(node.args[2])))
     if op == "cast" and isinstance(node.args[0], int):
         dtype = node.attr("dtype")
         if dtype in ("i32", "bool") and kernel.nodes[node.args[0]].type.dtype != "bool":
@@ -212,9 +257,15 @@ def margin(target: Target, values: dict[int, np.ndarray]) -> tuple[np.ndarray, n
             v, bool) else np.float64(v)
 
     with np.errstate(all="ignore"):
+        if target.kind == "path":
+            return _path_margin(target, value)
         if target.kind == "mask":
             cond = np.asarray(values[target.left], bool)
             m = np.where(cond, 1.0, -1.0)
+            if target.branches:  # only where the choice changes the value
+                x, y = (value(b) for b in target.branches)
+                m = np.where(np.broadcast_to(x != y, np.broadcast_shapes(
+                    m.shape, np.shape(x), np.shape(y))), m, np.nan)
             return m, np.ones_like(m)
         if target.kind == "cast":
             x = value(target.left)
@@ -227,6 +278,28 @@ def margin(target: Target, values: dict[int, np.ndarray]) -> tuple[np.ndarray, n
         m = np.nan_to_num(a - b, nan=0.0)
         size = np.maximum(np.abs(a), np.abs(b))
         return m, np.nan_to_num(np.broadcast_to(size, m.shape), nan=0.0, posinf=0.0)
+
+
+def _path_margin(target: Target, value):
+    """Above 0 where every condition of the path has the truth it wants: the least of
+    their truth margins (a comparison's distance past its boundary, the wanted way)."""
+    margins, sizes = [], []
+    for op, a, b, want in target.conds:
+        if op == "bool":
+            m, size = np.where(np.asarray(value(a), bool), 1.0, -1.0), np.float64(1.0)
+        else:
+            x, y = value(a), value(b)
+            m = {"gt": x - y, "ge": x - y + 0.0, "lt": y - x, "le": y - x + 0.0,
+                 "eq": -np.abs(x - y)}[op]
+            size = np.maximum(np.abs(x), np.abs(y))
+            if op in ("ge", "le", "eq"):  # true at equality: count it past the boundary
+                m = np.where(m == 0, np.maximum(size, 1e-300) * BAND, m)
+        margins.append(m if want else -m)
+        sizes.append(size)
+    shape = np.broadcast_shapes(*[np.shape(m) for m in margins])
+    m = np.min([np.broadcast_to(x, shape) for x in margins], axis=0)
+    size = np.max([np.broadcast_to(s, shape) for s in sizes], axis=0)
+    return np.nan_to_num(m, nan=-np.inf), size
 
 
 def _subset_margin(target: Target, base: np.ndarray):
@@ -261,7 +334,7 @@ def assess(target: Target, values: dict[int, np.ndarray]) -> dict[str, float]:
             out[side] = -float(near[on].min())
         else:
             out[side] = _least(near) if side in ("below", "above") else np.inf
-    if target.kind == "mask":
+    if target.kind in ("mask", "path"):
         out["band"] = np.inf
     elif in_band.any():
         out["band"] = -0.0

@@ -23,7 +23,7 @@ import numpy as np
 
 from stochopt.spec import Spec
 from stochopt.verify import traced
-from stochopt.verify.backprop import Alternative, backprop, realize
+from stochopt.verify.backprop import Alternative, backprop, both, realize
 from stochopt.verify.coverage import Coverage
 from stochopt.verify.decisions import BAND, BF16_WHOLE, Target
 from stochopt.verify.moves import (
@@ -36,8 +36,13 @@ from stochopt.verify.moves import (
     thresholds,
 )
 
-PROBES_PER_SIDE = 16
+COARSE = 6      # values of each direction tried before the bracketed searches
+REFINED_LINES = 3  # directions, nearest first, that a bracketed search narrows
+REFINE = 16     # bracketed steps around the best of them (0.618^16: 5e-4 of a bracket)
+CONTINUOUS = ("fill", "fill_row", "fill_some", "scale", "spread", "shift")
 LOOP_PROBES = 48
+# probes (coverage-only emulations) a whole search may spend, per example of the check
+PROBES_PER_EXAMPLE = 2
 # of a check's examples, at most this share are directed inputs (compared in full)
 DIRECTED_SHARE = 0.25
 SHARES = (0.1, 0.5)  # of elements or rows set by a back-propagated goal
@@ -51,41 +56,49 @@ def directed_inputs(cmp, coverage: Coverage, spec: Spec, seed: int,
                     examples: int) -> tuple | None:
     """(mismatch, inputs, how) for the first directed input the comparison refuses, or
     None once every open side was tried (module doc). `cmp` is check's _Comparison."""
-    search = _Search(cmp, coverage, spec, seed, max(1, int(DIRECTED_SHARE * examples)))
+    search = _Search(cmp, coverage, spec, seed, max(1, int(DIRECTED_SHARE * examples)),
+                     coverage.probes + PROBES_PER_EXAMPLE * examples)
     return search.run()
 
 
 class _Search:
-    def __init__(self, cmp, coverage: Coverage, spec: Spec, seed: int, budget: int):
+    def __init__(self, cmp, coverage: Coverage, spec: Spec, seed: int, budget: int,
+                 probes: int):
         self.cmp, self.coverage, self.spec = cmp, coverage, spec
         self.kernel = coverage.kernel
         self.rng = np.random.default_rng(seed + 17)
         self.budget = budget          # inputs to compare in full
+        self.probes = probes          # coverage.probes may grow to this
         self.compared = 0
         self.corpus: list[dict] = []  # inputs that reached something new
-        # side -> (an input that reached it, how): where other values are tried
-        self.reached_by: dict[tuple[int, str], tuple[dict, str]] = {}
+        # side -> (an input that reached it, how, not compared yet): where other values
+        # are tried
+        self.reached_by: dict[tuple[int, str], tuple[dict, str, bool]] = {}
         self.constants = kernel_constants(self.kernel)
         names = {i: n.attr("name") for i, n in enumerate(self.kernel.nodes) if n.op == "input"}
-        self.depends = []
+        # per target, the inputs its decision reads, then those only its branches read
+        self.depends, self.deciding = [], []
         for target in coverage.targets:
+            decide = traced.needed(self.kernel, target.deciding())
             need = traced.needed(self.kernel, target.nodes())
-            self.depends.append([names[i] for i in names if need[i]])
+            self.deciding.append([names[i] for i in names if decide[i]])
+            self.depends.append(self.deciding[-1] + [names[i] for i in names
+                                                     if need[i] and not decide[i]])
 
     def run(self) -> tuple | None:
         # every side, reached or open: an input at its boundary (the band first: fast
         # paths live there), compared where it reaches its side
         for index, target in enumerate(self.coverage.targets):
             for side in ("band", "below", "above"):
-                if side not in target.dead:
+                if side in target.sides and side not in target.dead:
                     found = self._boundary(index, side)
                     if found is not None:
                         return found
         # then other values on every side reached, nearest the boundary
         for key, (_, inputs) in self.coverage.closest.items():
             self.reached_by.setdefault(key, (inputs, f"{self.coverage.targets[key[0]].text} "
-                                                     f"{key[1]}, reached"))
-        found = self._other_values()
+                                                     f"{key[1]}, reached", False))
+        found = self._other_values(self.compared + (self.budget - self.compared) // 2)
         for index, side in self.coverage.open_sides():
             if found is None and side not in self.coverage.reached[index]:
                 found = self._walk(index, side)
@@ -93,14 +106,25 @@ class _Search:
             found = self._loop()
         return found if found is not None else self._other_values()
 
-    def _other_values(self) -> tuple | None:
+    def _other_values(self, until: int | None = None) -> tuple | None:
         """On every side reached, values that differ there (the targeted variants of
-        every side before the drawn ones, so a short budget tries each)."""
+        every side before the drawn ones, so a short budget tries each), until `until`
+        inputs are compared (the rest is kept for the sides still open)."""
         pending, self.reached_by = self.reached_by, {}
-        for variants in (self._correlated, self._redrawn):
-            for key, (inputs, how) in pending.items():
-                for variant in variants(inputs, key[0]):
-                    found = self._compare(legal(self.spec, variant), how + ", other values")
+        for variants in (self._correlated, self._itself, self._redrawn):
+            # one variant of each side in turn
+            queues = [(variants(inputs, key[0], uncompared), how)
+                      for key, (inputs, how, uncompared) in pending.items()]
+            while queues:
+                for queue in list(queues):
+                    variant = next(queue[0], None)
+                    if variant is None:
+                        queues.remove(queue)
+                        continue
+                    if until is not None and self.compared >= until:
+                        return None
+                    found = self._compare(legal(self.spec, variant),
+                                          queue[1] + ", other values")
                     if found is not None:
                         return found
         return None
@@ -110,16 +134,22 @@ class _Search:
              ) -> tuple | None:
         """Probe an input; compare it where it reaches a side never reached before, or
         the side `key` it was built for (remembered for other values there)."""
+        if self.exhausted:
+            return None
         inputs = legal(self.spec, inputs)
         before = {(i, s) for i, sides in self.coverage.reached.items() for s in sides}
         here = self.coverage.probe(inputs)
-        wanted = (here - before) | ({key} & here if key is not None else set())
-        if not wanted or self.compared >= self.budget:
-            return None
+        new = here - before
+        for reached in new | ({key} & here if key is not None else set()):
+            self.reached_by.setdefault(reached, (inputs, how, not new))
+        if not new or self.compared >= self.budget:
+            return None  # a side reached before: compared with the other values there
         self.corpus.append(inputs)
-        for reached in wanted:
-            self.reached_by.setdefault(reached, (inputs, how))
         return self._compare(inputs, how)
+
+    @property
+    def exhausted(self) -> bool:
+        return self.coverage.probes >= self.probes
 
     def _compare(self, inputs: dict, how: str) -> tuple | None:
         if self.compared >= self.budget:
@@ -128,22 +158,28 @@ class _Search:
         bad = self.cmp.run(inputs)
         return None if bad is None else (bad, inputs, how)
 
-    def _redrawn(self, inputs: dict, index: int):
-        """The inputs the target does not read, drawn from hunting patterns."""
+    @staticmethod
+    def _itself(inputs: dict, index: int, uncompared: bool):
+        """An input built for a side reached before, not compared yet: itself."""
+        if uncompared:
+            yield inputs
+
+    def _redrawn(self, inputs: dict, index: int, _uncompared: bool = False):
+        """The inputs the decision does not read, drawn from hunting patterns."""
         from stochopt.verify.strategies import Recipe, build_tensor
 
-        reads = set(self.depends[index])
+        reads = set(self.deciding[index])
         free = [n for n, t in self.spec.inputs.items() if n not in reads and t.dtype != "bool"]
         for k, pattern in enumerate(EXPLOIT_PATTERNS[:EXPLOITS] if free else ()):
             seed = int(self.rng.integers(1 << 30))
             yield dict(inputs, **{n: build_tensor(self.spec.inputs[n], Recipe(pattern, seed + k))
                                   for n in free})
 
-    def _correlated(self, inputs: dict, index: int):
-        """A float input of the shape of a mask the target reads (and it does not), with
+    def _correlated(self, inputs: dict, index: int, _uncompared: bool = False):
+        """A float input of the shape of a mask the decision reads (and it does not), with
         each row's largest values where the mask drops its elements, then where it keeps
         them: what a path that ignores the mask gets wrong."""
-        reads = set(self.depends[index])
+        reads = set(self.deciding[index])
         for mask in (n for n in reads if self.spec.inputs[n].dtype == "bool"):
             for name, t in self.spec.inputs.items():
                 if name not in reads and t.dtype != "bool" and t.shape == \
@@ -175,17 +211,28 @@ class _Search:
         return None
 
     def _walk(self, index: int, side: str) -> tuple | None:
-        """Line searches along the directions of moves.py from the nearest input."""
-        target = self.coverage.targets[index]
-        what = f"{target.text} {side}"
-        for probes, (name, kind, value) in enumerate(self._directions(index)):
-            if probes >= PROBES_PER_SIDE or side in self.coverage.reached[index]:
-                break
-            trial = move(self.spec, self._start(index, side), name, kind, value, self.rng)
-            found = self._try(trial, f"directed input: {kind} of {name} toward {what}",
-                              (index, side))
-            if found is not None:
-                return found
+        """Line searches from the nearest input along the directions of moves.py: a few
+        values of every direction (two of the kernel's thresholds, the rest spread
+        out), then, on the directions that came nearest, a bracketed search around
+        their best value (a band 1e-3 wide between two coarse values is found)."""
+        key = (index, side)
+        start, lines = self._start(index, side), []
+        for name, kind, values in self._directions(index):
+            line = _Line(self, start, name, kind, key, int(self.rng.integers(1 << 30)))
+            tried = []
+            for value in values[:COARSE]:
+                tried.append((value, line.score(value)))
+                if line.found is not None or side in self.coverage.reached[index]:
+                    return line.found
+                if self.exhausted:
+                    return None
+            lines.append((min(s for _, s in tried), len(lines), line, tried))
+        for _, _, line, tried in sorted(lines)[:REFINED_LINES]:
+            if line.kind in CONTINUOUS and len({s for _, s in tried}) > 1:
+                _bracketed(tried, line, lambda: side in self.coverage.reached[index]
+                           or self.exhausted)
+                if line.found is not None or side in self.coverage.reached[index]:
+                    return line.found
         return None
 
     def _backpropagated(self, target: Target, side: str, start: dict):
@@ -194,6 +241,12 @@ class _Search:
             yield from self._subset_inputs(target, side, start)
             return
         alternatives: list[Alternative] = []
+        if target.kind == "path":  # every condition at once: their goals intersected
+            alternatives = [()]
+            for op, a, b, want in target.conds:
+                goals = [alt for node, interval in _truth(op, a, b, want)
+                         for alt in backprop(self.kernel, node, interval)]
+                alternatives = both(alternatives, goals)
         for node, interval in _wanted(target, side, near=True) + _wanted(target, side):
             alternatives += backprop(self.kernel, node, interval)
         for alternative in alternatives[:4]:
@@ -224,20 +277,16 @@ class _Search:
         yield dict(start, **{name: np.moveaxis(moved, -1, target.axis)})
 
     def _directions(self, index: int):
-        """(input, move, parameter) to walk: each direction's parameters coarse to
-        fine, directions taken in turn so a short budget tries each."""
-        walks = []
+        """(input, move, values) for every input the target reads: two of the kernel's
+        thresholds (they may be on another scale than this input), then the rest of
+        the move's values coarse to fine."""
         for name in self.depends[index]:
             kinds = MASK_MOVES if self.spec.inputs[name].dtype == "bool" else FLOAT_MOVES
             for kind in kinds:
-                first = thresholds(self.spec, name, kind, self.constants)
+                first = thresholds(self.spec, name, kind, self.constants)[:2]
                 rest = [v for v in parameters(self.spec, name, kind, self.constants)
                         if v not in first]
-                walks.append([(name, kind, v) for v in first + _coarse_to_fine(rest)])
-        while any(walks):
-            for walk in walks:
-                if walk:
-                    yield walk.pop(0)
+                yield name, kind, first + _coarse_to_fine(rest)
 
     # -- AFL-style loop --------------------------------------------------------------
     def _loop(self) -> tuple | None:
@@ -246,7 +295,7 @@ class _Search:
             return None
         for _ in range(LOOP_PROBES):
             open_sides = self.coverage.open_sides()
-            if not open_sides:
+            if not open_sides or self.exhausted:
                 return None
             pool = self.corpus + [self.coverage.nearest[key][1] for key in open_sides
                                   if key in self.coverage.nearest]
@@ -277,12 +326,32 @@ def _largest_where(x: np.ndarray, where: np.ndarray) -> np.ndarray:
     return out.reshape(x.shape)
 
 
+def _truth(op: str, a, b, want: bool) -> list[tuple[int, tuple[float, float]]]:
+    """(node, interval) that gives a condition the truth wanted: a bool node true or
+    false, or a comparison's node operand on the wanted side of its constant one."""
+    if op == "bool":
+        return [(a, (1.0, 1.0) if want else (0.0, 0.0))]
+    if type(a) is int and type(b) is not int:
+        node, c, flipped = a, float(b), False
+    elif type(b) is int and type(a) is not int:
+        node, c, flipped = b, float(a), True
+    else:
+        return []
+    # the side of c where "node op c" holds (c op node reads the other way)
+    above = (op in ("gt", "ge")) != flipped
+    if op == "eq":
+        return [(node, (c, c))] if want else []
+    return [(node, (c, np.inf) if above == want else (-np.inf, c))]
+
+
 def _wanted(target: Target, side: str, near: bool = False
             ) -> list[tuple[int, tuple[float, float]]]:
     """(node, interval) that puts the margin on the side: the operand that is a node,
     the other a number (a comparison with a constant, a clamp, a cast, a mask). `near`:
     only just past the boundary (within NEAR bands of it), where off-by-one conditions
     and wrong thresholds show."""
+    if target.kind == "path":
+        return []
     if target.kind == "mask":
         if side == "band" or near:
             return []
@@ -308,6 +377,49 @@ def _wanted(target: Target, side: str, near: bool = False
     below, above = (c - reach, c - eps if c else -1e-30), (c + eps if c else 1e-30, c + reach)
     # margin = node - c (or c - node): below the boundary is node below c, unless flipped
     return [(node, (below if (side == "below") != flip else above))]
+
+
+class _Line:
+    """One direction from one input: the score (decisions.assess) of the side wanted
+    for each parameter value, the same elements moved for every value."""
+
+    def __init__(self, search: _Search, start: dict, name: str, kind: str, key, seed: int):
+        self.search, self.start, self.name, self.kind = search, start, name, kind
+        self.key, self.seed = key, seed
+        self.found: tuple | None = None
+        target = search.coverage.targets[key[0]]
+        self.how = f"directed input: {kind} of {name} toward {target.text} {key[1]}"
+
+    def score(self, value: float) -> float:
+        trial = move(self.search.spec, self.start, self.name, self.kind, value,
+                     np.random.default_rng(self.seed))
+        self.found = self.search._try(trial, self.how, self.key)
+        return self.search.coverage.last_scores.get(self.key, np.inf)
+
+
+def _bracketed(tried: list[tuple[float, float]], line: _Line, done) -> int:
+    """Values between the best tried value and its better neighbour (by value), each
+    step narrowing on the best score: a golden-section search for a score that dips to
+    the side, in log space where the values share a sign (scales, spreads). Returns
+    the probes spent."""
+    points = sorted(tried)
+    for step in range(REFINE):
+        best = min(range(len(points)), key=lambda k: points[k][1])
+        near = [k for k in (best - 1, best + 1) if 0 <= k < len(points)]
+        if not near:
+            return step
+        a, b = points[best][0], points[min(near, key=lambda k: points[k][1])][0]
+        if abs(a - b) <= 1e-9 * max(abs(a), abs(b)):
+            return step
+        if a * b > 0:
+            value = float(np.sign(a) * np.exp(0.618 * np.log(abs(a)) + 0.382 * np.log(abs(b))))
+        else:
+            value = 0.618 * a + 0.382 * b
+        points.append((value, line.score(value)))
+        points.sort()
+        if line.found is not None or done():
+            return step + 1
+    return REFINE
 
 
 def _coarse_to_fine(values: list[float]) -> list[float]:

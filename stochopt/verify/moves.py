@@ -28,7 +28,7 @@ from stochopt.verify.families import KEPT
 from stochopt.verify.strategies import representable
 
 FLOAT_MOVES = ("fill", "fill_row", "fill_some", "scale", "spread", "shift", "extreme",
-               "integers", "copy_row")
+               "integers", "copy_row", "negate_from", "copy_from")
 MASK_MOVES = ("kept", "flip", "fill_row", "fill")
 SCALES = tuple(10.0 ** -k for k in (0.5, 1, 2, 3, 5, 8, 12, 20, 30, 37, 40, 44))
 
@@ -102,11 +102,12 @@ def move(spec: Spec, inputs: dict[str, np.ndarray], name: str, kind: str, value:
     elif kind == "copy_row":
         rows[r] = rows[rng.integers(rows.shape[0])]
     elif kind in ("negate_from", "copy_from"):
-        other = next((n for n, y in inputs.items() if n != name
-                      and spec.inputs[n].dtype == t.dtype and y.shape == x.shape), None)
-        if other is not None:
-            y = np.asarray(inputs[other], np.float64)
-            x[...] = -y if kind == "negate_from" else y
+        others = [n for n, y in inputs.items() if n != name and spec.inputs[n].dtype
+                  in ("f32", "bf16") and np.shape(y) == x.shape]
+        if others:  # a share of the elements: both sides of the decision in one input
+            y = np.asarray(inputs[others[rng.integers(len(others))]], np.float64)
+            pick = rng.random(x.shape) < (value if 0 < value <= 1 else 0.5)
+            x[pick] = (-y if kind == "negate_from" else y)[pick]
     return out
 
 
@@ -141,6 +142,8 @@ def parameters(spec: Spec, name: str, kind: str, constants: list[float]) -> list
         return [s * width * d for d in (1.0, -1.0) for s in (0.5, 0.1, 1e-2, 1e-4)]
     if kind == "extreme":
         return [1.0, -1.0]
+    if kind in ("negate_from", "copy_from"):
+        return [0.5, 1.0, 0.1]  # the share of elements taken from the other input
     return [0.0]
 
 
