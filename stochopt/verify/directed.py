@@ -1,20 +1,27 @@
 """Candidate-directed inputs: each decision point driven to each side and into its band.
 
-After the fixed cases, every side of every decision target (decisions.py) that no input
-has reached, and that the declared ranges do not make dead, is searched for, in order:
+After the fixed cases, for the decision targets of decisions.py:
 
-1. interval back-propagation (backprop.py) of the side's margin to goals on the inputs,
-   realized on the nearest input seen (a share of elements, or of rows, set);
-2. line searches from that input along the directions of moves.py, over the inputs
-   the target depends on: each direction's parameter walked coarse to fine, the
-   kernel's own constants (its thresholds) first;
-3. an AFL-style loop: inputs that reached a new side or band, mutated by one to three
-   random moves, kept when they reach something new.
+1. every side, reached or open (the band first, where fast paths live): an input built
+   by interval back-propagation (backprop.py) of the margin to just past the
+   boundary, or into the band, realized on the nearest input seen (a share of elements
+   or rows set); for a path (nested selections), every condition's goals at once;
+2. on every side reached, other values there, round-robin over the sides: a float input
+   correlated with a mask the decision reads (its largest values where the mask drops,
+   then keeps), the built input itself, then the inputs the decision does not read
+   drawn from hunting patterns; at most half the compare budget left;
+3. sides still open (paths, then bands, then the rest, each with a fair share of the
+   probes left): line searches from the nearest input along the moves of moves.py over
+   the inputs the decision reads, a few values of every direction (two of the kernel's
+   thresholds first), then a golden-section search around the best of the nearest
+   three directions (a band 1e-3 wide between two coarse values is found);
+4. an AFL-style loop: inputs that reached something new, mutated by one to three random
+   moves, kept when they reach something new; then step 2 for what they reached.
 
 Each try is a *probe*: only what the decision points read is emulated. A probe that
-reaches a side not reached before is then compared in full (it counts as one of the
-check's examples). Probes and compared inputs are both bounded, and a candidate with
-no decision point beyond the baseline's pays nothing.
+reaches a side never reached before is compared in full (it counts as one of the
+check's examples). Compared inputs (DIRECTED_SHARE of the examples) and probes are both
+bounded, and a candidate with no decision point beyond the baseline's pays nothing.
 """
 
 from __future__ import annotations
@@ -41,8 +48,9 @@ REFINED_LINES = 3  # directions, nearest first, that a bracketed search narrows
 REFINE = 16     # bracketed steps around the best of them (0.618^16: 5e-4 of a bracket)
 CONTINUOUS = ("fill", "fill_row", "fill_some", "scale", "spread", "shift")
 LOOP_PROBES = 48
-# probes (coverage-only emulations) a whole search may spend, per example of the check
-PROBES_PER_EXAMPLE = 2
+# probes (coverage-only emulations) a whole search may spend, per example of the check,
+# and at least
+PROBES_PER_EXAMPLE, MIN_PROBES = 2, 200
 # of a check's examples, at most this share are directed inputs (compared in full)
 DIRECTED_SHARE = 0.25
 SHARES = (0.1, 0.5)  # of elements or rows set by a back-propagated goal
@@ -57,7 +65,7 @@ def directed_inputs(cmp, coverage: Coverage, spec: Spec, seed: int,
     """(mismatch, inputs, how) for the first directed input the comparison refuses, or
     None once every open side was tried (module doc). `cmp` is check's _Comparison."""
     search = _Search(cmp, coverage, spec, seed, max(1, int(DIRECTED_SHARE * examples)),
-                     coverage.probes + PROBES_PER_EXAMPLE * examples)
+                     coverage.probes + max(MIN_PROBES, PROBES_PER_EXAMPLE * examples))
     return search.run()
 
 
@@ -69,6 +77,7 @@ class _Search:
         self.rng = np.random.default_rng(seed + 17)
         self.budget = budget          # inputs to compare in full
         self.probes = probes          # coverage.probes may grow to this
+        self.side_cap = probes        # and, while one side is walked, to this
         self.compared = 0
         self.corpus: list[dict] = []  # inputs that reached something new
         # side -> (an input that reached it, how, not compared yet): where other values
@@ -99,9 +108,16 @@ class _Search:
             self.reached_by.setdefault(key, (inputs, f"{self.coverage.targets[key[0]].text} "
                                                      f"{key[1]}, reached", False))
         found = self._other_values(self.compared + (self.budget - self.compared) // 2)
-        for index, side in self.coverage.open_sides():
+        # sides still open: conjunctions (paths) first, then bands, then the rest, each
+        # with a fair share of the probes left
+        order = sorted(self.coverage.open_sides(), key=lambda key: (
+            self.coverage.targets[key[0]].kind != "path", key[1] != "band"))
+        for k, (index, side) in enumerate(order):
             if found is None and side not in self.coverage.reached[index]:
+                left = self.probes - self.coverage.probes
+                self.side_cap = self.coverage.probes + max(1, left // (len(order) - k))
                 found = self._walk(index, side)
+        self.side_cap = self.probes
         if found is None:
             found = self._loop()
         return found if found is not None else self._other_values()
@@ -149,7 +165,7 @@ class _Search:
 
     @property
     def exhausted(self) -> bool:
-        return self.coverage.probes >= self.probes
+        return self.coverage.probes >= min(self.probes, self.side_cap)
 
     def _compare(self, inputs: dict, how: str) -> tuple | None:
         if self.compared >= self.budget:
