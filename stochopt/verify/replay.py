@@ -36,14 +36,11 @@ def checked_inputs(arrays: Mapping, spec: Spec, where: str) -> dict[str, np.ndar
     if not isinstance(arrays, Mapping):
         raise StochoptError(f"{where}: inputs must be a dict of name -> array, got "
                             f"{type(arrays).__name__}", hint=f"give {', '.join(spec.inputs)}")
-    missing = [n for n in spec.inputs if n not in arrays]
-    if missing:
-        raise StochoptError(f"{where} has no array {missing[0]!r}",
-                            hint=f"it needs {', '.join(spec.inputs)}")
-    extra = [str(n) for n in arrays if n not in spec.inputs]
-    if extra:
-        raise StochoptError(f"{where} has arrays the spec {spec.name} does not take: "
-                            f"{', '.join(extra)}", hint=f"it needs {', '.join(spec.inputs)}")
+    if set(arrays) != set(spec.inputs):
+        names = ", ".join(map(str, arrays)) or "nothing"
+        raise StochoptError(f"{where} names {names}, but spec {spec.name} takes "
+                            f"{', '.join(spec.inputs)}",
+                            hint="give exactly one array per input, by name")
     return {name: _checked(name, arrays[name], t, where) for name, t in spec.inputs.items()}
 
 
