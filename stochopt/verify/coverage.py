@@ -121,7 +121,8 @@ def describe_coverage(summary: dict | None) -> str:
     """One line for the CLI: how many decision points and sides were covered."""
     if not summary or not summary["targets"]:
         return "no decision points beyond the baseline's"
-    text = (f"{summary['targets']} decision points the baseline lacks, "
+    count = summary["targets"]
+    text = (f"{count} decision point{'s' if count != 1 else ''} the baseline lacks, "
             f"{summary['reached']} of {summary['sides']} sides reached")
     if summary["not_reachable"]:
         text += f"; not reachable under the declared ranges: " \

@@ -9,15 +9,19 @@ whose sign says which way the decision goes:
     gt, ge, lt, le, eq (a, b)    a - b                     a comparison
     maximum, minimum (a, b)      a - b                     a clamp (b a constant) or a
                                                            select between two values
-    where (c, x, y)              +1 where c, -1 elsewhere  (c not itself a target)
+    where (c, x, y)              +1 where c, -1 elsewhere  (c not itself a target),
+                                                           only where x and y differ
+    where (c1, where (c2, ..))   the least of the          a path: both conditions,
+                                 conditions' margins       one side (taken somewhere)
     cast to i32 or bool          x                         truncation, zero or not
     a count held in bf16         |x| - 256                 past bf16's whole numbers
     reduce over some columns     max(rest) - max(these)    the rest holds the extreme
       of a value (a subset)      (min alike, sums by size)
 
-Each target has three *sides*: below (a margin < 0 somewhere), above (> 0 somewhere) and
-the band around the boundary (|margin| <= BAND of the operands' size, or exactly 0). The
-range analysis's intervals say which sides no legal input can reach: those are named as
+Each target has three *sides* (a path one): below (a margin < 0 somewhere), above (> 0
+somewhere) and the band around the boundary (|margin| <= BAND of the operands' size, or
+exactly 0). The range analysis says which sides no legal input can reach, by the
+margin's interval or its relations (x == max(x) is never above): those are named as
 such, the declared ranges making them dead.
 """
 
@@ -44,7 +48,7 @@ class Target:
     """One decision point of the candidate: its node and how to read its margin."""
     node: int
     op: str
-    kind: str            # "compare", "clamp", "select", "mask", "cast", "subset"
+    kind: str            # "compare", "clamp", "select", "mask", "path", "cast", "subset"
     text: str            # what it is, in the kernel's terms ("line 7: lt(var, 1e-07)")
     left: int | float    # margin = left - right (a node's value or a number)
     right: int | float
