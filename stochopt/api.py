@@ -243,7 +243,7 @@ def verify(kernel: KernelLike, spec: SpecLike | None = None, *, name: str | None
     from stochopt.kernel_file import baseline_or_none
     from stochopt.verify import check, degenerate_warnings
     from stochopt.verify.check import check_fits
-    from stochopt.verify.replay import load_inputs
+    from stochopt.verify.replay import checked_inputs, load_inputs
 
     examples, seed = _count(examples, "examples", 1), _count(seed, "seed", 0)
     k, m = _kernel_and_machine(kernel, machine)
@@ -254,8 +254,7 @@ def verify(kernel: KernelLike, spec: SpecLike | None = None, *, name: str | None
     if isinstance(inputs, str | Path):
         extra = [load_inputs(str(inputs), s)]
     elif inputs is not None:
-        extra = [_checked_inputs(inputs, {n: (t.dtype, t.shape) for n, t in s.inputs.items()},
-                                 f"spec {s.name}")]
+        extra = [checked_inputs(inputs, s, "inputs")]
     warnings: list[str] = []
     baseline = baseline_or_none(s, m, warnings)  # None: held to the spec's tolerance alone
     verdict = check(k, s, examples=1 if extra else examples, seed=seed, machine=m,

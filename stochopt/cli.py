@@ -244,6 +244,10 @@ def _print_verdict(kernel_path: str, spec, verdict) -> None:
         console.print(f"  largest semantic error {verdict.max_semantic_error:.3g} x 1e-9 of "
                       f"scale; largest precision error {verdict.max_precision_error:.3g} of "
                       "what is allowed", highlight=False)
+        if verdict.coverage is not None:
+            from stochopt.verify.coverage import describe_coverage
+            console.print(f"  coverage: {describe_coverage(verdict.coverage)}",
+                          highlight=False)
         return
     cex = verdict.counterexample
     m = cex.mismatch
@@ -260,6 +264,8 @@ def _print_verdict(kernel_path: str, spec, verdict) -> None:
     if cex.recipes:
         console.print("  input: " + ", ".join(f"{n} = {r.describe()}"
                                               for n, r in cex.recipes.items()), highlight=False)
+    elif cex.found_by.startswith("directed input"):
+        console.print(f"  input: a {cex.found_by}", highlight=False)
 
 
 @main.command()

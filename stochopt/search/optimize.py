@@ -260,7 +260,8 @@ def _as_verdict(v):
     if isinstance(v, Verdict):
         return v
     return Verdict(v["equivalent"], v["examples"], v["seed"],
-                   float(v["max_semantic_error"]), float(v["max_precision_error"]))
+                   float(v["max_semantic_error"]), float(v["max_precision_error"]),
+                   coverage=v.get("coverage"))
 
 
 def write_unproved(rd: Path, found: dict, proved_cycles: int) -> dict:

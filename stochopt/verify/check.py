@@ -10,8 +10,10 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import islice
 from pathlib import Path
 
 import hypothesis
@@ -35,18 +37,24 @@ from stochopt.verify.compare import (
     semantic_error,
     tolerance,
 )
+from stochopt.verify.counts import counted_nodes, exact_output
+from stochopt.verify.coverage import NO_DECISIONS, coverage_of, coverage_warnings
+from stochopt.verify.directed import directed_inputs
 from stochopt.verify.hunting import kernel_boundaries
 from stochopt.verify.magnitude import magnitudes
 from stochopt.verify.ranges import Hazard, range_refusal
 from stochopt.verify.strategies import (
+    FAMILY_SHARE,
     Recipe,
     build_inputs,
+    family_recipes,
     hunting_recipes,
     input_recipes,
     nearby_inputs,
     random_spec_inputs,
     structured_recipes,
 )
+from stochopt.verify.tiny import input_resolution, subnormal_inputs
 
 DEFAULT_EXAMPLES = 200
 
@@ -94,13 +102,15 @@ class Verdict(Displayable):  # Displayable: Jupyter shows it with its counterexa
     warnings: list[str] = field(default_factory=list)
     interrupted: bool = False  # stopped at its deadline: neither proved nor refuted
     range_refusal: str | None = None  # the static range analysis refused the kernel
+    # decision points the baseline lacks, and which sides inputs reached (coverage.py)
+    coverage: dict | None = None
 
     def to_json(self) -> dict:
         out = {"equivalent": self.equivalent, "examples": self.examples, "seed": self.seed,
                "max_semantic_error": _finite(self.max_semantic_error),
                "max_precision_error": _finite(self.max_precision_error),
                "elapsed_s": round(self.elapsed_s, 3), "warnings": self.warnings,
-               "range_refusal": self.range_refusal}
+               "range_refusal": self.range_refusal, "coverage": self.coverage}
         if self.counterexample:
             m = self.counterexample.mismatch
             out["counterexample"] = {"check": m.check, "index": list(m.index),
@@ -161,6 +171,9 @@ class _Comparison:
         self.precision = 0.0
         self.count = 0
         self.typical_scale = typical_output_scale(spec)
+        self.counted = counted_nodes(kernel)
+        # the kernel's native output; coverage.Coverage.native also observes decisions
+        self.native = partial(emulate, kernel)
         self.last_score = 0.0  # the last input's worst error over its limit (inf: failed)
         self.best_score = -1.0  # the largest last_score of a passing input, and the input
         self.best_inputs: dict[str, np.ndarray] | None = None
@@ -175,16 +188,18 @@ class _Comparison:
         if ref.shape != out_shape:
             raise StochoptError(f"the spec returns shape {ref.shape}, the kernel {out_shape}")
         size = None if self.baseline is None else magnitudes(self.baseline, inputs, ref)
-        sem, bad = semantic_error(emulate(self.kernel, inputs, exact=True), ref,
+        # counts.py: exact, but counted values in float types as the hardware holds them
+        sem, bad = semantic_error(exact_output(self.kernel, inputs, self.counted), ref,
                                   self.typical_scale, size)
         self.semantic = max(self.semantic, sem)
         if bad is not None:
             return bad
-        got = emulate(self.kernel, inputs)
+        got = self.native(inputs)
         base = None if self.baseline is None else emulate(self.baseline, inputs)
         judge = partial(precision_check, got, ref, self.spec.output_dtype, self.spec.rtol,
                         self.spec.atol, base, magnitude=size)
         prec, bad = judge()
+        near = 0.0
         if (bad is not None and bad.check == "precision" and base is not None
                 and self.spec.rtol is None and self.spec.atol is None):
             # one input is one sample of rounding luck, for the baseline too (all of a
@@ -192,6 +207,11 @@ class _Comparison:
             # error on a few inputs near this one as well
             near = baseline_error_nearby(self.spec, self.baseline, inputs)
             prec, bad = judge(baseline_error=near)
+        if bad is not None and bad.check == "precision" and subnormal_inputs(self.spec,
+                                                                              inputs):
+            # and what the inputs' own resolution leaves to judge at subnormal scale
+            floor = input_resolution(self.spec, inputs, ref, reference_output)
+            prec, bad = judge(baseline_error=near, resolution=floor)
         self.precision = max(self.precision, prec)
         self.last_score = prec
         if bad is None and prec > self.best_score:
@@ -278,21 +298,26 @@ def check_fits(kernel: Kernel, machine) -> None:
     cost(kernel, machine)
 
 
-def _fixed_inputs(spec, structured, extra_inputs, cuts) -> list:
-    """(recipes or None, inputs, kind): the given inputs, then the structured and
-    hunting cases."""
-    given = [(None, x, "given input") for x in extra_inputs or []]
+def _fixed_inputs(spec, structured, extra_inputs, cuts, seed: int = 0,
+                  examples: int = 0) -> Iterator[tuple]:
+    """(recipes or None, inputs, kind): the given inputs, then the structured, hunting
+    and family cases (the last a share of the examples), each built when reached."""
+    for x in extra_inputs or []:
+        yield None, x, "given input"
     if not structured:
-        return given
-    return given + [(r, build_inputs(spec, r, cuts), "structured case")
-                    for r in structured_recipes(spec)] + [
-        (r, build_inputs(spec, r, cuts), "hunting case") for r in hunting_recipes(spec)]
+        return
+    cases = ([(r, "structured case") for r in structured_recipes(spec)]
+             + [(r, "hunting case") for r in hunting_recipes(spec)]
+             + [(r, "family case") for r in family_recipes(spec, seed,
+                                                          int(FAMILY_SHARE * examples))])
+    for recipes, kind in cases:
+        yield recipes, build_inputs(spec, recipes, cuts), kind
 
 
 def _refused_by_range(cmp, hazard: Hazard, spec, seed, extra_inputs, structured, cuts,
                       start) -> Verdict:
     """Refused without an input; for the user, look a little for one that shows it."""
-    tried = _fixed_inputs(spec, structured, extra_inputs, cuts)[:WITNESS_TRIES]
+    tried = list(islice(_fixed_inputs(spec, structured, extra_inputs, cuts), WITNESS_TRIES))
     found = None
     for recipes, inputs, kind in tried:
         bad = cmp.run(inputs)
@@ -311,19 +336,36 @@ def _refused_by_range(cmp, hazard: Hazard, spec, seed, extra_inputs, structured,
 
 def _check(cmp, examples, seed, extra_inputs, structured, cuts, start) -> Verdict:
     spec = cmp.spec
+    # --- candidate-directed inputs (coverage.py, directed.py): only for a candidate
+    # with decision points the baseline lacks
+    coverage = coverage_of(cmp.kernel, cmp.baseline, spec) if structured else None
+    if coverage is not None:
+        cmp.native = coverage.native
 
     def verdict(bad: Counterexample | None) -> Verdict:
+        summary = coverage.summary() if coverage is not None else (
+            NO_DECISIONS if structured else None)
         return Verdict(bad is None, cmp.count, seed, cmp.semantic, cmp.precision, bad,
-                       time.perf_counter() - start)
+                       time.perf_counter() - start, coverage=summary,
+                       warnings=coverage_warnings(summary) if bad is None else [])
 
-    fixed = _fixed_inputs(spec, structured, extra_inputs, cuts)
-    fixed = fixed[:max(examples, len(extra_inputs or []))]
-    for recipes, inputs, kind in fixed:
+    fixed = 0
+    for recipes, inputs, kind in islice(_fixed_inputs(spec, structured, extra_inputs, cuts,
+                                                      seed, examples),
+                                        max(examples, len(extra_inputs or []))):
+        fixed += 1
         bad = cmp.run(inputs)
         if bad is not None:
             return verdict(Counterexample(bad, inputs, recipes, found_by=kind))
+    if coverage is not None:
+        before = cmp.count
+        found = directed_inputs(cmp, coverage, spec, seed, examples)
+        if found is not None:
+            bad, inputs, how = found
+            return verdict(Counterexample(bad, inputs, found_by=how))
+        fixed += cmp.count - before
     steps = min(CLIMB_STEPS, int(CLIMB_SHARE * examples)) if structured else 0
-    remaining = examples - len(fixed) - steps
+    remaining = examples - fixed - steps
     if remaining > 0:
         bad = _draw(cmp, spec, remaining, seed, cuts)
         if bad is not None:
@@ -378,6 +420,7 @@ def certificate(kernel: Kernel, spec: Spec, verdict: Verdict, machine=None) -> d
         "equivalent": verdict.equivalent, "seed": verdict.seed, "examples": verdict.examples,
         "max_semantic_error": _finite(verdict.max_semantic_error),
         "max_precision_error": _finite(verdict.max_precision_error),
+        "coverage": verdict.coverage,
         "checked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "versions": {"stochopt": __version__, "numpy": np.__version__,
                      "hypothesis": hypothesis.__version__,

@@ -26,6 +26,11 @@ SEMANTIC_TOL = 1e-9
 DEFAULT_TOL = {"f32": (1e-4, 1e-5), "bf16": (2e-2, 4e-3), "i32": (0.0, 0.0),
                "bool": (0.0, 0.0)}
 ULP = {"f32": 2.0**-23, "bf16": 2.0**-7, "i32": 0.0, "bool": 0.0}
+# the spacing of the dtype's grid below its smallest normal number (its smallest
+# subnormal): no result can be nearer than half of it, so no tolerance is finer than
+# GRID_SPACINGS of it, and the rounding floor is at least FLOOR_ULPS of it
+SPACING = {"f32": 2.0**-149, "bf16": 2.0**-133, "i32": 0.0, "bool": 0.0}
+GRID_SPACINGS = 2
 # rounding noise: exp(x - c) with |x - c| up to 16 loses 4-6 ulps to the rounding of
 # its argument alone, so a floor of "a few" ulps would refuse such rewrites of softmax;
 # 32, not 16, since the baseline rule is judged per row, where luck weighs more
@@ -110,10 +115,11 @@ def tolerance(ref: np.ndarray, dtype: str, rtol: float | None, atol: float | Non
     atol a fraction of the element's local scale (of the output's scale without
     magnitudes)."""
     r = np.abs(np.asarray(ref, np.float64))
+    grid = GRID_SPACINGS * SPACING[dtype]
     if rtol is not None or atol is not None:
-        return (atol or 0.0) + (rtol or 0.0) * r
+        return np.maximum((atol or 0.0) + (rtol or 0.0) * r, grid)
     d_rtol, d_atol = DEFAULT_TOL[dtype]
-    return d_atol * _scale(ref, magnitude) + d_rtol * r
+    return np.maximum(d_atol * _scale(ref, magnitude) + d_rtol * r, grid)
 
 
 def _scale(ref: np.ndarray, magnitude: np.ndarray | None):
@@ -145,8 +151,9 @@ def floor_ratio(ref: np.ndarray, dtype: str, tol: np.ndarray,
                 magnitude: np.ndarray | None = None) -> np.ndarray:
     """Rounding noise that no kernel need beat, whatever the baseline achieved, as a
     fraction of each element's tolerance: FLOOR_ULPS units in the last place of the
-    element's local scale (local_scale; the output's scale without magnitudes)."""
-    ulps = FLOOR_ULPS * ULP[dtype] * _scale(ref, magnitude)
+    element's local scale (local_scale; the output's scale without magnitudes), where
+    a unit is never less than the grid's spacing (subnormal results)."""
+    ulps = FLOOR_ULPS * np.maximum(ULP[dtype] * _scale(ref, magnitude), SPACING[dtype])
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(tol > 0, ulps / np.where(tol > 0, tol, 1.0), np.inf)
 
@@ -168,11 +175,13 @@ def local_scale(ref: np.ndarray, magnitude: np.ndarray) -> np.ndarray:
 
 def precision_allowance(ref: np.ndarray, dtype: str, rtol: float | None, atol: float | None,
                         baseline: np.ndarray | None, baseline_error=0.0,
-                        magnitude: np.ndarray | None = None):
+                        magnitude: np.ndarray | None = None,
+                        resolution: np.ndarray | None = None):
     """(tolerance, allowed fraction of it, the baseline's worst error per row) per
     element: what precision_check lets through on this input. It depends only on the
     input, so screening computes it once. baseline_error: the baseline's worst error on
-    nearby inputs, a number or one per row."""
+    nearby inputs, a number or one per row. resolution: an error per element that no
+    kernel need beat because the inputs themselves hold no finer value (tiny.py)."""
     tol = tolerance(ref, dtype, rtol, atol, magnitude)
     allowed = np.ones_like(tol)
     base_worst = None
@@ -195,6 +204,9 @@ def precision_allowance(ref: np.ndarray, dtype: str, rtol: float | None, atol: f
         ill = (1.0 < base_worst) & (base_worst < np.inf)  # the baseline misses it here
         allowed = np.where(ill, np.maximum(twice, floor),
                            np.maximum(twice, np.minimum(1.0, floor)))
+    if resolution is not None:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            allowed = np.maximum(allowed, np.nan_to_num(resolution / tol))
     return tol, allowed, base_worst
 
 
@@ -212,13 +224,15 @@ def _why(base_worst, idx: tuple) -> str:
 
 def precision_check(got: np.ndarray, ref: np.ndarray, dtype: str, rtol: float | None,
                     atol: float | None, baseline: np.ndarray | None,
-                    baseline_error=0.0, magnitude: np.ndarray | None = None
+                    baseline_error=0.0, magnitude: np.ndarray | None = None,
+                    resolution: np.ndarray | None = None
                     ) -> tuple[float, Mismatch | None]:
     """Largest error as a fraction of what is allowed (> 1 fails), and the worst element
     when the check fails. baseline_error: the baseline's worst error (as a fraction of
     the tolerance) on inputs near this one, per row or in all, taken when larger than
     its error here."""
-    over = precision_excess(got, ref, dtype, rtol, atol, baseline, baseline_error, magnitude)
+    over = precision_excess(got, ref, dtype, rtol, atol, baseline, baseline_error, magnitude,
+                            resolution)
     if isinstance(over, Mismatch):
         return float("inf"), over
     worst = float(over.max()) if over.size else 0.0
@@ -226,7 +240,7 @@ def precision_check(got: np.ndarray, ref: np.ndarray, dtype: str, rtol: float | 
         return worst, None
     idx = np.unravel_index(int(np.argmax(over)), over.shape)
     tol, _, base_worst = precision_allowance(ref, dtype, rtol, atol, baseline,
-                                             baseline_error, magnitude)
+                                             baseline_error, magnitude, resolution)
     ratio = precision_ratio(got, ref, tol)
     g, r = np.asarray(got, np.float64), np.asarray(ref, np.float64)
     return worst, Mismatch("precision", tuple(int(i) for i in idx), float(r[idx]),
@@ -237,14 +251,15 @@ def precision_check(got: np.ndarray, ref: np.ndarray, dtype: str, rtol: float | 
 
 def precision_excess(got: np.ndarray, ref: np.ndarray, dtype: str, rtol: float | None,
                      atol: float | None, baseline: np.ndarray | None, baseline_error=0.0,
-                     magnitude: np.ndarray | None = None) -> np.ndarray | Mismatch:
+                     magnitude: np.ndarray | None = None,
+                     resolution: np.ndarray | None = None) -> np.ndarray | Mismatch:
     """Per element, the error as a fraction of what is allowed (> 1 fails), or the
     non-finite mismatch. The local search over inputs climbs on this."""
     bad = nonfinite_mismatch(got, ref)
     if bad is not None:
         return bad
     tol, allowed, _ = precision_allowance(ref, dtype, rtol, atol, baseline, baseline_error,
-                                          magnitude)
+                                          magnitude, resolution)
     ratio = precision_ratio(got, ref, tol)
     with np.errstate(divide="ignore", invalid="ignore"):
         over = np.where(ratio == 0, 0.0, ratio / allowed)

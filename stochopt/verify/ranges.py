@@ -33,6 +33,7 @@ import numpy as np
 from stochopt.leir.ir import Kernel, Node
 from stochopt.leir.rules import Const
 from stochopt.spec import Spec
+from stochopt.verify.relations import Relations
 
 Interval = tuple[float, float]
 FULL: Interval = (-np.inf, np.inf)
@@ -84,89 +85,29 @@ def _number(v: float):
 # the analysis
 # ---------------------------------------------------------------------------------
 
-@dataclass(frozen=True, order=True)
-class _Part:
-    """Columns `covered` along `axis` of value `base`, in the rows `others` (the bounds of
-    the other axes, in base's coordinates)."""
-    base: int
-    axis: int
-    others: tuple
-    covered: tuple[tuple[int, int], ...]
-
-
-@dataclass(frozen=True)
-class _Bound:
-    """This value is, row by row, the maximum (kind "max"), the minimum ("min") or a sum
-    of the non-negative elements ("sum") of its parts. Max and min bounds are made only by
-    reductions and by maximum()/minimum() of bounds, so each is attained in its parts:
-    two bounds with the same parts hold the same values."""
-    kind: str
-    parts: tuple[_Part, ...]   # as _union leaves them: sorted, columns merged
-
-    def part_of(self, base: int, bounds: tuple, axis: int) -> _Part | None:
-        """The part holding the view (base, bounds) along axis, if any: same value, same
-        rows, its columns inside the part's."""
-        others = bounds[:axis] + bounds[axis + 1:]
-        for part in self.parts:
-            if (part.base, part.axis, part.others) == (base, axis, others) and _inside(
-                    bounds[axis], part.covered):
-                return part
-        return None
-
-
-@dataclass(frozen=True)
-class _Peak:
-    """A value computed from x - bound by monotone steps (exp, a positive scale), or a sum
-    of such values along the axis: `pieces` are the parts of the bound it came from, each
-    with the value it takes where x equals the bound. Since the bound is attained in its
-    parts, sums whose pieces together cover all of them hold, in every row, one of those
-    values."""
-    axis: int
-    bound: _Bound
-    pieces: tuple[tuple[_Part, float], ...]
-
-    def least(self) -> float | None:
-        """The smallest peak value, when the pieces cover the bound's parts: the row's
-        sum is at least that much."""
-        covered = _union(tuple(part for part, _ in self.pieces))
-        if covered != self.bound.parts:
-            return None
-        return min(value for _, value in self.pieces)
-
-    def scaled(self, f) -> _Peak:
-        return _Peak(self.axis, self.bound, tuple((p, f(v)) for p, v in self.pieces))
-
-
-def _union(parts: tuple[_Part, ...]) -> tuple[_Part, ...]:
-    """Parts of one value, rows and axis joined into one part with their columns merged."""
-    grouped: dict[tuple, tuple] = {}
-    for part in parts:
-        key = (part.base, part.axis, part.others)
-        grouped[key] = grouped.get(key, ()) + part.covered
-    return tuple(sorted(_Part(*key, _merge(covered)) for key, covered in grouped.items()))
-
-
 class _Analysis:
     def __init__(self, kernel: Kernel, ranges: dict[str, Interval]) -> None:
         self.kernel = kernel
         self.ranges = ranges
         self.intervals: list[Interval] = []
-        self.views: dict[int, tuple[int, tuple]] = {}   # node -> (base node, bounds)
-        self.bounds: dict[int, _Bound] = {}
-        self.peaks: dict[int, _Peak] = {}        # elementwise values x - bound, exp of them
-        self.peak_sums: dict[int, _Peak] = {}    # their sums along the axis
+        self.rel = Relations(kernel)
         self.hazards: list[Hazard] = []
         # the hazard whose inf or nan may reach this value, and whether nan may
         self.poison: list[Hazard | None] = []
         self.maybe_nan: list[bool] = []
         self.raised: dict[int, Hazard] = {}
         self.current = 0
-        self.inverses: dict[int, int] = {}  # reciprocal(v) -> v
 
     def run(self) -> None:
         for i, node in enumerate(self.kernel.nodes):
-            # every value is a view of itself, unless _movement finds an older base
-            self.views[i] = (i, tuple((0, s) for s in node.type.shape))
+            same = self.rel.same[i]
+            if same != i:  # the same value as an earlier node: the same facts
+                self.intervals.append(self.intervals[same])
+                self.poison.append(self.poison[same])
+                self.maybe_nan.append(self.maybe_nan[same])
+                self.rel.copy(i, same)
+                continue
+            self.rel.start(i, node)
             self.current = i
             self.intervals.append(self._interval(i, node))
             self._poison(i, node)
@@ -234,7 +175,8 @@ class _Analysis:
         if op == "concat":
             return (min(a[0] for a in args), max(a[1] for a in args))
         if op in ("reduce_max", "reduce_min"):
-            return self._extreme(i, node, args[0])
+            self.rel.extreme(i, node)
+            return args[0]
         if op == "reduce_sum":
             return self._sum(i, node, args[0])
         if op == "matmul":
@@ -243,6 +185,7 @@ class _Analysis:
             return self._round(node, min(k * lo, lo), max(k * hi, hi), args)
         if op == "where":
             return (min(args[1][0], args[2][0]), max(args[1][1], args[2][1]))
+        self.rel.affine(i, node)
         return self._elementwise(i, node, args)
 
     def _movement(self, i: int, node: Node, args: list[Interval]) -> Interval:
@@ -253,78 +196,43 @@ class _Analysis:
         source_dtype = self.kernel.nodes[src].type.dtype
         widening = op != "cast" or source_dtype == node.type.dtype or (
             source_dtype == "bf16" and node.type.dtype == "f32")
-        if op in ("load", "store", "relayout", "cast", "slice") and widening and src in self.views:
-            base, bounds = self.views[src]
-            if op == "slice":
-                bounds = tuple((b0 + lo, b0 + hi) for (b0, _), (lo, hi)
-                               in zip(bounds, node.attr("bounds"), strict=True))
-            self.views[i] = (base, bounds)
-        # facts name axes by number: a broadcast that adds axes renumbers them
-        same_rank = len(node.type.shape) == len(self.kernel.nodes[src].type.shape)
-        if (op in ("relayout", "store", "load") or (op == "broadcast_to" and same_rank)
-                or (op == "cast" and widening)):
-            for facts in (self.bounds, self.peaks, self.peak_sums):
-                if src in facts:
-                    facts[i] = facts[src]
+        self.rel.movement(i, node, widening)
         if op == "cast":
             return self._round(node, args[0][0], args[0][1], args)
         return args[0]
 
-    def _extreme(self, i: int, node: Node, x: Interval) -> Interval:
-        src = node.args[0]
-        axis = node.attr("axis")
-        if node.attr("keepdims") and src in self.views:
-            kind = "max" if node.op == "reduce_max" else "min"
-            self.bounds[i] = _Bound(kind, (self._part(src, axis),))
-        return x
-
-    def _part(self, v: int, axis: int) -> _Part:
-        """The columns of v along axis, as a part of v's base."""
-        base, bounds = self.views[v]
-        return _Part(base, axis, bounds[:axis] + bounds[axis + 1:], (bounds[axis],))
-
     def _sum(self, i: int, node: Node, x: Interval) -> Interval:
         axis = node.attr("axis")
         n = self.kernel.nodes[node.args[0]].type.shape[axis]
-        lo, hi = min(n * x[0], x[0]), max(n * x[1], x[1])
-        src = node.args[0]
-        if node.attr("keepdims") and x[0] >= 0:
-            self.bounds[i] = _Bound("sum", (self._part(src, axis),))
-        peak = self.peaks.get(src)
-        if peak is not None and peak.axis == axis and x[0] >= 0:
-            self.peak_sums[i] = peak
-            lo = self._at_least_peak(peak, lo)
+        lo, hi = n * x[0], n * x[1]  # n terms, each in [x0, x1]
+        least = self.rel.summed(i, node, x[0] >= 0)
+        if least is not None:  # a sum of non-negative terms holding a peak in every row
+            lo = max(lo, least)
         return self._round(node, lo, hi, [x])
-
-    @staticmethod
-    def _at_least_peak(peak: _Peak, lo: float) -> float:
-        """A sum of non-negative terms that holds a peak in every row is at least it."""
-        least = peak.least()
-        return lo if least is None else max(lo, least)
 
     def _elementwise(self, i: int, node: Node, args: list[Interval]) -> Interval:
         op = node.op
         if op in ("gt", "ge", "lt", "le", "eq"):
             return (0.0, 1.0)
         if op in ("maximum", "minimum"):
-            self._combine_bounds(i, node)
+            self.rel.combine(i, node)
             pick = max if op == "maximum" else min
             return (pick(args[0][0], args[1][0]), pick(args[0][1], args[1][1]))
         if op in ("add", "sub"):
             return self._add(i, node, args)
         if op == "mul":
-            same = (len(node.inputs) == 2 and node.args[0] == node.args[1])
+            same = len(node.inputs) == 2 and self.rel.squares(node)
             if len(node.inputs) == 2 and not same:
                 for x, r in (node.args, node.args[::-1]):
-                    if r in self.inverses and self._share(x, self.inverses[r]):
-                        total = self.intervals[self.inverses[r]]
-                        if total[0] > 0 and np.isfinite(self.intervals[x][1]):
-                            return (0.0, 1.0)  # x * reciprocal(sum of x)
+                    total = self.rel.inverses.get(r)
+                    if total is not None and self.rel.share(x, total, self.intervals[x]):
+                        if self.intervals[total][0] > 0 and np.isfinite(self.intervals[x][1]):
+                            return (0.0, 1.0)  # x * reciprocal(sum holding x)
             lo, hi = _square(args[0]) if same else _mul(args[0], args[1])
             a, b = args
             if (_holds_zero(a) and _holds_inf(b)) or (_holds_zero(b) and _holds_inf(a)):
                 self._hazard(NAN, node, args[0], "make nan (0 * inf)")
-            self._scale_peak(i, node)
+            self.rel.scale_peak(i, node, args)
             return self._round(node, lo, hi, args)
         if op == "div":
             return self._divide(node, args[0], args[1])
@@ -337,74 +245,20 @@ class _Analysis:
         if (a[1] == np.inf and b[0] == -np.inf) or (a[0] == -np.inf and b[1] == np.inf):
             self._hazard(NAN, node, args[0], "make nan (inf - inf)")
         lo, hi = a[0] + b[0], a[1] + b[1]
-        if node.op == "sub" and all(isinstance(x, int) for x in node.args):
-            lo, hi = self._shift(i, node, lo, hi)
+        if node.op == "sub" and len(node.inputs) == 2:
+            limits = self.rel.shift(i, node, args[1])
+            if limits is not None:
+                lo, hi = max(lo, limits[0]), min(hi, limits[1])
         if node.op == "add" and a[0] >= 0 and b[0] >= 0:
-            lo = self._add_sums(i, node, lo)
+            least = self.rel.add_sums(i, node)
+            if least is not None:
+                lo = max(lo, least)
         return self._round(node, lo, hi, args)
 
-    def _add_sums(self, i: int, node: Node, lo: float) -> float:
-        """The sum of two non-negative sums (the partial sums of tiles) is a sum over the
-        union of their parts, and holds the peaks of both."""
-        if len(node.inputs) != 2 or node.args[0] == node.args[1]:
-            return lo
-        first, second = (self.bounds.get(a) for a in node.args)
-        if first and second and first.kind == second.kind == "sum":
-            self.bounds[i] = _Bound("sum", _union(first.parts + second.parts))
-        p1, p2 = (self.peak_sums.get(a) for a in node.args)
-        if p1 and p2 and p1.axis == p2.axis and p1.bound == p2.bound:
-            self.peak_sums[i] = _Peak(p1.axis, p1.bound, p1.pieces + p2.pieces)
-            lo = self._at_least_peak(self.peak_sums[i], lo)
-        return lo
-
-    def _shift(self, i: int, node: Node, lo: float, hi: float) -> Interval:
-        """x - (a row bound of x): never positive (for a max), and 0 at the row's max
-        when the bound covers exactly x's columns."""
-        x, b = node.args
-        bound = self.bounds.get(b)
-        if bound is None or bound.kind == "sum" or x not in self.views:
-            return lo, hi
-        base, bounds = self.views[x]
-        axis = bound.parts[0].axis
-        part = bound.part_of(base, bounds, axis)
-        if part is None:
-            return lo, hi
-        if bound.kind == "max":
-            hi = min(hi, 0.0)
-            self.peaks[i] = _Peak(axis, bound, ((self._part(x, axis), 0.0),))
-        else:
-            lo = max(lo, 0.0)
-        return lo, hi
-
-    def _combine_bounds(self, i: int, node: Node) -> None:
-        """maximum(bound of part of a row, bound of another part) bounds both parts."""
-        if len(node.inputs) != 2:
-            return
-        b1, b2 = (self.bounds.get(a) for a in node.args)
-        kind = "max" if node.op == "maximum" else "min"
-        if b1 and b2 and b1.kind == b2.kind == kind and b1.parts[0].axis == b2.parts[0].axis:
-            self.bounds[i] = _Bound(kind, _union(b1.parts + b2.parts))
-
-    def _scale_peak(self, i: int, node: Node) -> None:
-        """peak * a positive number is a peak too (exp(s - m) * c)."""
-        consts = [a for a in node.args if isinstance(a, Const)]
-        tensors = node.inputs
-        if len(consts) == 1 and len(tensors) == 1 and tensors[0] in self.peaks:
-            c = float(consts[0].value)
-            if c > 0:
-                self.peaks[i] = self.peaks[tensors[0]].scaled(lambda v: v * c)
-
-    def _share(self, x: int, total: int) -> bool:
-        """total is the sum of the non-negative x along a row: x / total is in [0, 1]."""
-        bound = self.bounds.get(total)
-        if bound is None or bound.kind != "sum" or self.intervals[x][0] < 0:
-            return False
-        base, bounds = self.views[x]
-        return bound.part_of(base, bounds, bound.parts[0].axis) is not None
-
     def _divide(self, node: Node, a: Interval, b: Interval) -> Interval:
-        if (node.op == "div" and all(isinstance(v, int) for v in node.args)
-                and self._share(*node.args) and b[0] > 0 and np.isfinite(a[1])):
+        if (node.op == "div" and len(node.inputs) == 2
+                and self.rel.share(node.args[0], node.args[1], a)
+                and b[0] > 0 and np.isfinite(a[1])):
             return (0.0, 1.0)  # a finite share of a row's positive sum
         if b[0] <= 0 <= b[1]:
             self._hazard(ZERO_DIVISION, node, b, "divide by zero")
@@ -422,8 +276,7 @@ class _Analysis:
         if op == "abs":
             return (0.0 if lo <= 0 <= hi else min(abs(lo), abs(hi)), max(abs(lo), abs(hi)))
         if op == "exp":
-            if node.args[0] in self.peaks:
-                self.peaks[i] = self.peaks[node.args[0]].scaled(lambda v: float(np.exp(v)))
+            self.rel.monotone_peak(i, node, np.exp)
             with np.errstate(over="ignore"):
                 return self._round(node, float(np.exp(lo)), float(np.exp(hi)), [x])
         if op == "tanh":
@@ -445,7 +298,7 @@ class _Analysis:
                                        [x])
                 return self._round(node, float(np.log(lo)), float(np.log(hi)), [x])
         if op == "reciprocal":
-            self.inverses[i] = node.args[0]
+            self.rel.inverses[i] = node.args[0]
             return self._divide(node, (1.0, 1.0), x)
         return FULL  # an op the analysis does not know: no claim
 
@@ -468,21 +321,6 @@ def _holds_inf(a: Interval) -> bool:
 def _square(a: Interval) -> Interval:
     top = max(a[0] * a[0], a[1] * a[1])
     return (0.0 if a[0] <= 0 <= a[1] else min(a[0] * a[0], a[1] * a[1]), top)
-
-
-def _merge(parts: tuple[tuple[int, int], ...]) -> tuple[tuple[int, int], ...]:
-    """Column ranges joined where they touch or overlap."""
-    out: list[list[int]] = []
-    for lo, hi in sorted(parts):
-        if out and lo <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], hi)
-        else:
-            out.append([lo, hi])
-    return tuple((lo, hi) for lo, hi in out)
-
-
-def _inside(part: tuple[int, int], covered: tuple[tuple[int, int], ...]) -> bool:
-    return any(lo <= part[0] and part[1] <= hi for lo, hi in _merge(covered))
 
 
 # ---------------------------------------------------------------------------------
@@ -548,7 +386,7 @@ def slice_views(kernel: Kernel) -> list[tuple[str, tuple]]:
     analysis.run()
     out = []
     for i, node in enumerate(kernel.nodes):
-        base, bounds = analysis.views[i]
+        base, bounds = analysis.rel.views[i]
         if node.op == "slice" and kernel.nodes[base].op == "input":
             out.append((kernel.nodes[base].attr("name"), bounds))
     return out

@@ -15,6 +15,15 @@ from hypothesis import strategies as st
 
 from stochopt.leir.types import native_dtype
 from stochopt.spec import Spec, TensorSpec
+from stochopt.verify.families import (
+    BOOL_FAMILIES,
+    FAMILY_LINKS,
+    FLOAT_FAMILIES,
+    apply_link,
+    family_tensor,
+    link_pairs,
+    parameters,
+)
 from stochopt.verify.hunting import (
     HUNT_PATTERNS,
     LINKS,
@@ -40,9 +49,16 @@ class Recipe:
     link: str = ""
 
     def describe(self) -> str:
-        fraction = f", fraction {self.fraction}" if self.fraction != 0.5 else ""
+        name = FAMILY_PARAMETER.get(self.pattern, "fraction")
+        fraction = f", {name} {self.fraction:g}" if (
+            self.fraction != 0.5 or self.pattern in FAMILY_PARAMETER) else ""
         return f"{self.pattern}(seed {self.seed}{fraction})" + (
             f"+{self.link}" if self.link else "")
+
+
+# what a family's parameter (Recipe.fraction) means, for describe()
+FAMILY_PARAMETER = {"scaled": "scale", "spread": "spread", "row_ties": "k",
+                    "kept_per_row": "k", "kept_per_column": "k", "dropped_per_row": "k"}
 
 
 FRACTIONS = (0.5, 0.1, 0.9, 0.25)
@@ -62,14 +78,19 @@ def _one_of(options: tuple) -> st.SearchStrategy:
     return _bits(8).map(lambda i: options[i % len(options)])
 
 
-# drawn links: mostly none, so most draws are independent inputs
-DRAWN_LINKS = ("",) * 4 + LINKS
+# drawn links: none in half the draws, so most draws are independent inputs
+DRAWN_LINKS = ("",) * (len(LINKS) + len(FAMILY_LINKS)) + LINKS + FAMILY_LINKS
 
 
 def tensor_recipes(t: TensorSpec) -> st.SearchStrategy[Recipe]:
-    patterns = BOOL_PATTERNS if t.dtype == "bool" else FLOAT_PATTERNS + HUNT_PATTERNS
-    return st.builds(Recipe, _one_of(patterns), _bits(32), _one_of(FRACTIONS),
-                     _one_of(DRAWN_LINKS))
+    patterns = (BOOL_PATTERNS + BOOL_FAMILIES if t.dtype == "bool"
+                else FLOAT_PATTERNS + HUNT_PATTERNS + FLOAT_FAMILIES)
+
+    def recipe(pattern: str, seed: int, index: int, link: str) -> Recipe:
+        values = parameters(pattern, t) if pattern in FAMILIES else FRACTIONS
+        return Recipe(pattern, seed, values[index % len(values)], link)
+
+    return st.builds(recipe, _one_of(patterns), _bits(32), _bits(8), _one_of(DRAWN_LINKS))
 
 
 def input_recipes(spec: Spec) -> st.SearchStrategy[dict[str, Recipe]]:
@@ -108,6 +129,54 @@ def hunting_recipes(spec: Spec) -> list[dict[str, Recipe]]:
     return out
 
 
+FAMILIES = FLOAT_FAMILIES + BOOL_FAMILIES
+# of the examples, at most this share goes to the family cases (the rest is drawn)
+FAMILY_SHARE = 0.3
+
+
+def family_recipes(spec: Spec, seed: int, count: int) -> list[dict[str, Recipe]]:
+    """Up to `count` family cases (families.py), the other inputs uniform (random masks):
+    each family on each input that it fits, its parameter rotated by the seed ("scaled"
+    also at its deepest scales, subnormal values), every float input tiny at once, and
+    each link on each pair it fits. Taken family by family, each on the next input in
+    turn, so a short budget still sees every family once, on inputs the seed rotates."""
+    plain = {n: Recipe("random" if t.dtype == "bool" else "uniform", 4000 + 100 * j)
+             for j, (n, t) in enumerate(spec.inputs.items())}
+    by_family: dict[str, list[dict[str, Recipe]]] = {}
+    for j, (name, t) in enumerate(spec.inputs.items()):
+        for i, family in enumerate(BOOL_FAMILIES if t.dtype == "bool" else FLOAT_FAMILIES):
+            values = parameters(family, t)
+            picks = [values[(seed * 7 + 3 * j + i) % len(values)]]
+            if family == "scaled":
+                picks.append(values[-1 - (seed + j) % 3])  # down to the subnormals
+            for k, value in enumerate(picks):
+                case = dict(plain)
+                case[name] = Recipe(family, 5000 + 100 * j + 10 * i + k + seed, value)
+                by_family.setdefault(f"{family}:{k}", []).append(case)
+    floats = [n for n, t in spec.inputs.items() if t.dtype in ("f32", "bf16")]
+    if len(floats) > 1:  # every float input tiny at once: a term lost between them
+        case = dict(plain)
+        for j, name in enumerate(floats):
+            values = parameters("scaled", spec.inputs[name])
+            case[name] = Recipe("scaled", 5900 + j + seed, values[-2 - seed % 4])
+        by_family["all scaled"] = [case]
+    for i, link in enumerate(FAMILY_LINKS):
+        for p in range(len(link_pairs(spec, link))):
+            case = dict(plain)
+            first = next(iter(case))
+            case[first] = Recipe(case[first].pattern, 6000 + 10 * i + p + seed,
+                                 link=f"{link}:{p}")
+            by_family.setdefault(link, []).append(case)
+    queues = [cases[seed % len(cases):] + cases[:seed % len(cases)]
+              for cases in by_family.values()]
+    out: list[dict[str, Recipe]] = []
+    while len(out) < count and any(queues):
+        for cases in queues:  # each family once per round
+            if cases and len(out) < count:
+                out.append(cases.pop(0))
+    return out
+
+
 def _all_inputs(spec: Spec, float_pattern: str, bool_pattern: str,
                 seed: int) -> dict[str, Recipe]:
     return {n: Recipe(bool_pattern if t.dtype == "bool" else float_pattern, seed + 100 * j)
@@ -122,7 +191,10 @@ def build_inputs(spec: Spec, recipes: dict[str, Recipe],
            for n, r in recipes.items()}
     for r in recipes.values():
         if r.link:
-            linked = link_inputs(spec, out, r.link, np.random.default_rng(r.seed + 1))
+            rng = np.random.default_rng(r.seed + 1)
+            linked = (apply_link(spec, out, r.link, rng)
+                      if r.link.partition(":")[0] in FAMILY_LINKS
+                      else link_inputs(spec, out, r.link, rng))
             for n, x in linked.items():
                 if x is not out[n]:
                     t = spec.inputs[n]
@@ -135,6 +207,9 @@ def build_tensor(t: TensorSpec, r: Recipe, cuts=None) -> np.ndarray:
     rng = np.random.default_rng(r.seed)
     shape = t.shape
     rows = shape[0] if len(shape) > 1 else 1
+    if r.pattern in FAMILIES:
+        x = family_tensor(t, r.pattern, r.fraction, rng)
+        return x if t.dtype == "bool" else representable(x, t.dtype, *t.bounds)
     if t.dtype == "bool":
         return _bool_tensor(r, rng, shape)
     lo, hi = t.bounds

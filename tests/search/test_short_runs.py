@@ -23,7 +23,7 @@ from stochopt.search import optimize
 from stochopt.search.display import summary_lines
 from stochopt.verify.check import Verdict
 
-from .test_optimize import ENV, SOFTMAX
+from .test_optimize import SOFTMAX, env
 
 # the module (stochopt.verify's own `check` attribute is the function)
 check_module = importlib.import_module("stochopt.verify.check")
@@ -80,7 +80,7 @@ def test_a_short_run_names_the_faster_kernel_its_slow_check_could_not_prove(
     outcomes = {e.get("outcome") for e in read_events(run_dir / "events.jsonl")}  # and aggregates
     assert "unproved" in outcomes and "best" not in outcomes
     report = subprocess.run([sys.executable, "-m", "stochopt", "report", str(run_dir)],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=120, env=ENV)
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env())
     assert report.returncode == 0, report.stderr
     cycles = next(line for line in report.stdout.splitlines() if line.startswith("cycles"))
     assert f"-> {result.unproved_cycles}" in cycles  # never a bare 1.00x

@@ -19,6 +19,7 @@ from stochopt.verify.ranges import (
     range_facts,
     range_refusal,
 )
+from stochopt.verify.relations import canonical_nodes
 
 WIDE = "tests/verify/corpus/specs/logsumexp_wide.py"
 CORPUS = Path(__file__).resolve().parent / "corpus"
@@ -108,3 +109,134 @@ def test_range_facts_say_which_declared_ranges_a_kernel_relies_on(read_corpus):
     shifted = range_facts(no_max.baseline, no_max.spec)
     assert shifted.relies_on == {}  # the max shift makes exp safe on any range
     assert facts.to_json()["relies_on"] == facts.relies_on
+
+
+# ---------------------------------------------------------------------------------
+# relations over terms: the same value however it is written (relations.py)
+# ---------------------------------------------------------------------------------
+
+EQUAL_FORMS = Path(__file__).resolve().parent / "corpus" / "equivalent"
+
+
+def _softmax_wide(body: str) -> str:
+    return ("# spec: tests/verify/corpus/specs/softmax_wide.py\n"
+            'def kernel(x: "f32[64,512] @ dram") -> "f32[64,512] @ dram":\n'
+            '    xs = load(x, "(64,512)/((8_L2B,8_L1B),(512))")\n' + body)
+
+
+@pytest.mark.parametrize("body", [
+    # the max as a negated min of the negation
+    "    m = 0.0 - reduce_min(0.0 - xs, axis=1, keepdims=True)\n"
+    "    e = exp(xs - m)\n    return store(e / reduce_sum(e, axis=1, keepdims=True))\n",
+    "    m = -reduce_min(-xs, axis=1, keepdims=True)\n"
+    "    e = exp(xs - m)\n    return store(e / reduce_sum(e, axis=1, keepdims=True))\n",
+    # the max of a scaled value is the scaled max, for a scale written either way
+    "    m = reduce_max(xs, axis=1, keepdims=True) * 0.5\n"
+    "    e = exp(xs * 0.5 - m)\n    return store(e / reduce_sum(e, axis=1, keepdims=True))\n",
+    "    m = reduce_max(xs / 3.0, axis=1, keepdims=True)\n"
+    "    e = exp(xs * 0.3333333333333333 - m)\n"
+    "    return store(e / reduce_sum(e, axis=1, keepdims=True))\n",
+    # the shift and the sum written out twice: the same terms as the ones used
+    "    e = exp(xs - reduce_max(xs, axis=1, keepdims=True))\n"
+    "    s = reduce_sum(exp(xs - reduce_max(xs, axis=1, keepdims=True)), axis=1, "
+    "keepdims=True)\n    return store(e / s)\n",
+])
+def test_a_bound_is_known_through_scales_negations_and_copies(body, spec_and_baseline):
+    spec, baseline = spec_and_baseline("tests/verify/corpus/specs/softmax_wide.py")
+    kernel = parse(_softmax_wide(body))
+    assert analyze(kernel, declared_ranges(spec)).hazards == []
+
+
+@pytest.mark.parametrize("body", [
+    # a scale of the value but not of its max, or a max of the negation used as a max
+    "    m = reduce_max(xs, axis=1, keepdims=True)\n"
+    "    e = exp(xs * 0.5 - m)\n    return store(e / reduce_sum(e, axis=1, keepdims=True))\n",
+    "    m = reduce_max(0.0 - xs, axis=1, keepdims=True)\n"
+    "    e = exp(xs - m)\n    return store(e / reduce_sum(e, axis=1, keepdims=True))\n",
+    "    m = reduce_max(xs, axis=1, keepdims=True) * 0.5\n"
+    "    e = exp(xs - m)\n    return store(e / reduce_sum(e, axis=1, keepdims=True))\n",
+])
+def test_a_bound_of_another_image_is_no_bound(body, spec_and_baseline):
+    spec, baseline = spec_and_baseline("tests/verify/corpus/specs/softmax_wide.py")
+    hazard = range_refusal(parse(_softmax_wide(body)), baseline, spec)
+    assert hazard is not None and hazard.kind == OVERFLOW, hazard
+
+
+def test_a_product_of_a_term_with_itself_is_a_square(spec_and_baseline):
+    spec, baseline = spec_and_baseline("specs/layernorm.py")
+    kernel = parse((EQUAL_FORMS / "layernorm__inline_square.leir").read_text())
+    # the two factors, written out apart, are one value
+    subs = [i for i, n in enumerate(kernel.nodes) if n.op == "sub"]
+    same = canonical_nodes(kernel)
+    assert len(subs) >= 2 and len({same[i] for i in subs}) == 1
+    assert range_refusal(kernel, baseline, spec) is None
+    # a product of two different values may be negative: rsqrt of it is refused
+    other = (EQUAL_FORMS / "layernorm__inline_square.leir").read_text().replace(
+        "(xs - mu) * (xs - mu), axis", "(xs - mu) * (xs - mu * 0.5), axis")
+    hazard = range_refusal(parse(other), baseline, spec)
+    assert hazard is not None and hazard.kind == NAN
+
+
+def _online(total: str, shift_b: str = "m") -> str:
+    """Online softmax over two tiles: each tile's sum at its own max, rescaled."""
+    return ("# spec: tests/verify/corpus/specs/softmax_wide.py\n"
+            'def kernel(x: "f32[64,512] @ dram") -> "f32[64,512] @ dram":\n'
+            '    a = load(x[0:64, 0:256], "(64,256)/((8_L2B,8_L1B),(256))")\n'
+            '    b = load(x[0:64, 256:512], "(64,256)/((8_L2B,8_L1B),(256))")\n'
+            "    ma = reduce_max(a, axis=1, keepdims=True)\n"
+            "    mb = reduce_max(b, axis=1, keepdims=True)\n"
+            "    la = reduce_sum(exp(a - ma), axis=1, keepdims=True)\n"
+            "    lb = reduce_sum(exp(b - mb), axis=1, keepdims=True)\n"
+            "    m = maximum(ma, mb)\n"
+            f"    l = {total}\n"
+            f"    return concat([store(exp(a - m) / l), store(exp(b - {shift_b}) / l)], axis=1)\n")
+
+
+def test_tile_sums_rescaled_to_the_common_max_are_at_least_one(spec_and_baseline):
+    spec, baseline = spec_and_baseline("tests/verify/corpus/specs/softmax_wide.py")
+    for total in ("la * exp(ma - m) + lb * exp(mb - m)", "exp(mb - m) * lb + exp(ma - m) * la"):
+        found = analyze(parse(_online(total)), declared_ranges(spec))
+        assert found.hazards == [], total
+
+
+@pytest.mark.parametrize("total, shift_b, kind", [
+    ("la * exp(ma - m)", "m", ZERO_DIVISION),                   # a tile left out
+    ("la * exp(ma - m) + la * exp(ma - m)", "m", ZERO_DIVISION),  # one tile twice
+    ("la * exp(ma - m) + lb * exp(mb - m)", "ma", OVERFLOW),    # a stale shift
+])
+def test_tile_sums_that_miss_a_tile_or_the_common_max_are_refused(total, shift_b, kind,
+                                                                  spec_and_baseline):
+    spec, baseline = spec_and_baseline("tests/verify/corpus/specs/softmax_wide.py")
+    hazard = range_refusal(parse(_online(total, shift_b)), baseline, spec)
+    assert hazard is not None and hazard.kind == kind, hazard
+
+
+def test_a_partial_sum_over_the_total_is_a_share(spec_and_baseline):
+    spec, baseline = spec_and_baseline("tests/verify/corpus/specs/logsumexp_wide.py")
+    text = ("# spec: tests/verify/corpus/specs/logsumexp_wide.py\n"
+            'def kernel(x: "f32[64,512] @ dram") -> "f32[64,1] @ dram":\n'
+            '    xs = load(x, "(64,512)/((8_L2B,8_L1B),(512))")\n'
+            "    m = reduce_max(xs, axis=1, keepdims=True)\n"
+            "    e = exp(xs - m)\n"
+            "    first = reduce_sum(e[0:64, 0:256], axis=1, keepdims=True)\n"
+            "    s = first + reduce_sum(e[0:64, 256:512], axis=1, keepdims=True)\n"
+            "    return store(m + log(s) + exp(FRACTION * 80.0))\n")
+    share = analyze(parse(text.replace("FRACTION", "first / s")), declared_ranges(spec))
+    assert share.hazards == []  # first / s <= 1: exp(80 first / s) may overflow if not
+    other = parse(text.replace("FRACTION", "s / first"))  # not a share: refused
+    hazard = range_refusal(other, baseline, spec)
+    assert hazard is not None and hazard.kind in (ZERO_DIVISION, OVERFLOW)
+
+
+def test_the_hand_kernels_pass_the_analysis_without_a_clamp(repo, spec_and_baseline):
+    """No kernel in benchmarks/kernels needs a guard that changes no value (a clamp of
+    a value to bounds it already keeps) to get through the range analysis."""
+    from stochopt.leir.rules import Const
+
+    for path in sorted((repo / "benchmarks/kernels").glob("*.leir")):
+        kernel = parse(path.read_text())
+        spec, baseline = spec_and_baseline(f"specs/{path.stem}.py")
+        clamps = [n.line for n in kernel.nodes if n.op in ("maximum", "minimum")
+                  and any(isinstance(a, Const) for a in n.args)]
+        assert clamps == [], f"{path.name}: a clamp at lines {clamps}"
+        assert range_refusal(kernel, baseline, spec) is None, path.name

@@ -1,0 +1,224 @@
+"""Interval back-propagation: which input values put a decision's operand in a range.
+
+From a wanted interval for a node, walk the value graph back to the kernel's inputs
+through the ops that can be inverted on intervals: movement and shape ops (the same
+values), neg, a constant added, subtracted, multiplied or divided, exp and log, sqrt,
+rsqrt, reciprocal, tanh, abs (both signs), casts, comparisons with a constant (true
+or false wanted), and reductions, where a whole row takes one value (a max, a min or a
+mean of a constant row is that value; a sum over n is n of them). The result is a list
+of *alternatives*, each a conjunction of *goals*: an input, the interval its elements
+should lie in, and whether single elements or whole rows must be set (a where splits
+into its two branches, both its condition and the branch wanted; goals on one input
+intersect). A goal whose interval misses the input's declared range is dropped: along
+that path the wanted values are out of reach.
+
+This is a heuristic, not a solver: it follows one operand where two tensors meet only
+when the other is a constant, and it says nothing about the rest of the kernel. The
+directed search (directed.py) builds inputs from the goals and keeps those that
+reach the side they were built for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from stochopt.leir.ir import Kernel
+from stochopt.leir.rules import Const
+
+Interval = tuple[float, float]
+SAME = frozenset({"load", "store", "relayout", "slice", "broadcast_to", "transpose",
+                  "reshape", "cast", "concat"})
+DEPTH = 48
+
+
+@dataclass(frozen=True)
+class Goal:
+    input: str
+    interval: Interval
+    rows: bool   # True: whole rows at one value (through a reduction); else elements
+
+
+Alternative = tuple[Goal, ...]   # goals that must hold together
+MAX_ALTERNATIVES = 8
+
+
+def backprop(kernel: Kernel, node: int, want: Interval, rows: bool = False,
+             depth: int = 0) -> list[Alternative]:
+    """Ways to put node's value in `want`: each a conjunction of goals on the inputs
+    (module doc); a where splits into its two branches, abs into two signs."""
+    lo, hi = want
+    if depth > DEPTH or not lo <= hi or np.isnan(lo) or np.isnan(hi):
+        return []
+    n = kernel.nodes[node]
+    op = n.op
+    if op == "input":
+        return [(Goal(n.attr("name"), (lo, hi), rows),)]
+    tensors = n.inputs
+    consts = [float(a.value) for a in n.args if isinstance(a, Const)]
+
+    def back(src: int, interval: Interval, by_rows: bool = rows) -> list[Alternative]:
+        return backprop(kernel, src, interval, by_rows, depth + 1)
+
+    if op in SAME:
+        return [alt for src in tensors for alt in back(src, (lo, hi))][:MAX_ALTERNATIVES]
+    if op in ("reduce_max", "reduce_min"):
+        return back(tensors[0], (lo, hi), True)
+    if op == "reduce_sum":
+        count = kernel.nodes[tensors[0]].type.shape[n.attr("axis")]
+        return back(tensors[0], (lo / count, hi / count), True)
+    if op == "neg":
+        return back(tensors[0], (-hi, -lo))
+    if op == "where" and len(tensors) == 3 and not consts:
+        c, x, y = n.args
+        return (both(back(c, (1.0, 1.0)), back(x, (lo, hi)))
+                + both(back(c, (0.0, 0.0)), back(y, (lo, hi))))[:MAX_ALTERNATIVES]
+    if op in ("gt", "ge", "lt", "le", "eq") and len(tensors) == 1 and consts:
+        return _compare(n, tensors[0], consts[0], lo, hi, back)
+    if op == "mul" and len(n.args) == 2 and n.args[0] == n.args[1] and hi >= 0:
+        low, top = np.sqrt(max(lo, 0.0)), np.sqrt(hi)  # a square
+        return back(tensors[0], (low, top)) + back(tensors[0], (-top, -low))
+    if len(tensors) == 1 and len(consts) == 1 and op in ("add", "sub", "mul", "div"):
+        return _affine(n, tensors[0], consts[0], lo, hi, back)
+    if len(tensors) != 1 or consts:
+        return []
+    with np.errstate(all="ignore"):
+        if op == "exp":
+            return back(tensors[0], (np.log(lo) if lo > 0 else -np.inf, np.log(hi)))
+        if op == "log":
+            return back(tensors[0], (np.exp(lo), np.exp(hi)))
+        if op == "sqrt" and hi >= 0:
+            return back(tensors[0], (max(lo, 0.0) ** 2, hi ** 2))
+        if op == "rsqrt" and hi > 0:
+            return back(tensors[0], (1 / hi ** 2, 1 / max(lo, 0.0) ** 2))
+        if op == "reciprocal" and (lo > 0 or hi < 0):
+            return back(tensors[0], (1 / hi, 1 / lo))
+        if op == "tanh":
+            return back(tensors[0], (np.arctanh(max(lo, -1.0)), np.arctanh(min(hi, 1.0))))
+        if op == "abs" and hi >= 0:
+            low = max(lo, 0.0)
+            return back(tensors[0], (low, hi)) + back(tensors[0], (-hi, -low))
+    return []
+
+
+def both(first: list[Alternative], second: list[Alternative]) -> list[Alternative]:
+    """Alternatives that meet both lists: goals on the same input and scope intersect,
+    and a pair whose intervals do not meet is no alternative."""
+    out = []
+    for a in first:
+        for b in second:
+            merged: dict[tuple[str, bool], Interval] = {}
+            for goal in a + b:
+                key = (goal.input, goal.rows)
+                lo, hi = merged.get(key, (-np.inf, np.inf))
+                merged[key] = (max(lo, goal.interval[0]), min(hi, goal.interval[1]))
+            if all(lo <= hi for lo, hi in merged.values()):
+                out.append(tuple(Goal(name, iv, rows) for (name, rows), iv in merged.items()))
+    return out
+
+
+def _compare(n, src: int, c: float, lo: float, hi: float, back) -> list[Alternative]:
+    """x > c (and the rest) wanted true (interval above 0) or false (holding only 0)."""
+    truth = lo > 0.5
+    if not truth and hi >= 0.5:
+        return []  # either outcome will do: no goal
+    op = n.op if isinstance(n.args[1], Const) else {  # c > x is x < c
+        "gt": "lt", "lt": "gt", "ge": "le", "le": "ge", "eq": "eq"}[n.op]
+    above, below = (c, np.inf), (-np.inf, c)
+    ranges = {"gt": above, "ge": above, "lt": below, "le": below, "eq": (c, c)}
+    if truth:
+        return back(src, ranges[op])
+    opposite = {"gt": below, "ge": below, "lt": above, "le": above}.get(op)
+    return back(src, opposite) if opposite else []
+
+
+def _affine(n, src: int, c: float, lo: float, hi: float, back) -> list[Alternative]:
+    first = n.args[0] == src
+    with np.errstate(all="ignore"):
+        if n.op == "add":
+            return back(src, (lo - c, hi - c))
+        if n.op == "sub":
+            return back(src, (lo + c, hi + c) if first else (c - hi, c - lo))
+        if n.op == "mul" and c != 0:
+            a, b = lo / c, hi / c
+            return back(src, (min(a, b), max(a, b)))
+        if n.op == "div" and first and c != 0:
+            a, b = lo * c, hi * c
+            return back(src, (min(a, b), max(a, b)))
+    return []
+
+
+def realize(spec, inputs: dict[str, np.ndarray], alternative: Alternative,
+            rng: np.random.Generator, share: float) -> dict[str, np.ndarray] | None:
+    """The inputs with every goal of the alternative met on a share of the same rows
+    (or elements) of its input; None when a goal misses the declared range."""
+    seed = int(rng.integers(1 << 31))  # the same rows picked for every goal
+    out = dict(inputs)
+    for goal in alternative:
+        out = _realize_goal(spec, out, goal, np.random.default_rng(seed), share)
+        if out is None:
+            return None
+    return out
+
+
+def _realize_goal(spec, inputs: dict[str, np.ndarray], goal: Goal,
+                  rng: np.random.Generator, share: float) -> dict[str, np.ndarray] | None:
+    """The inputs with a share of goal.input's elements (or rows) set to values in the
+    goal's interval, within the declared range; None when the two do not meet."""
+    t = spec.inputs[goal.input]
+    if t.dtype == "bool":
+        return _realize_mask(inputs, goal, rng, share)
+    lo, hi = t.bounds
+    a, b = max(goal.interval[0], lo), min(goal.interval[1], hi)
+    if a > b:
+        return None
+    out = dict(inputs)
+    x = np.asarray(inputs[goal.input], np.float64).copy()
+    rows = x.reshape(-1, x.shape[-1])
+    if goal.rows:
+        pick = rng.random(rows.shape[0]) < share
+        pick[rng.integers(rows.shape[0])] = True
+        rows[pick] = _draw(rng, a, b, (int(pick.sum()), 1))
+    else:
+        pick = rng.random(rows.shape) < share
+        rows[pick] = _draw(rng, a, b, int(pick.sum()))
+    out[goal.input] = x
+    return out
+
+
+def _draw(rng, a: float, b: float, shape) -> np.ndarray:
+    """Values in [a, b]: its ends and points between, log-spaced where it is wide."""
+    if a == b:
+        return np.full(shape, a)
+    if a > 0 and b / a > 100:
+        return np.exp(rng.uniform(np.log(a), np.log(b), shape))
+    if b < 0 and a / b > 100:
+        return -np.exp(rng.uniform(np.log(-b), np.log(-a), shape))
+    return np.where(rng.random(shape) < 0.2, np.where(rng.random(shape) < 0.5, a, b),
+                    rng.uniform(a, b, shape))
+
+
+def _realize_mask(inputs, goal: Goal, rng, share: float):
+    """A bool input's elements true (interval above 1/2), false (below), or, through a
+    reduction (a count), each row with its share of true values in the interval."""
+    a, b = max(goal.interval[0], 0.0), min(goal.interval[1], 1.0)
+    if a > b:
+        return None
+    out = dict(inputs)
+    x = np.asarray(inputs[goal.input], bool).copy()
+    rows = x.reshape(-1, x.shape[-1])
+    n = rows.shape[1]
+    if goal.rows:
+        low, high = int(np.ceil(a * n - 1e-9)), int(np.floor(b * n + 1e-9))
+        if low > high:
+            return None  # no whole count of n lies in the interval
+        k = int(rng.integers(low, high + 1))
+        rank = np.argsort(np.argsort(rng.random(rows.shape), axis=1), axis=1)
+        pick = rng.random(rows.shape[0]) < share
+        rows[pick] = rank[pick] < k
+    else:
+        pick = rng.random(rows.shape) < share
+        rows[pick] = a > 0.5 or (b >= 0.5 and rng.random() < 0.5)
+    out[goal.input] = x
+    return out

@@ -1,0 +1,74 @@
+"""Exact mode that sees casts where they matter: integer quantities held in float types.
+
+Exact mode computes every op in float64 and ignores casts between float dtypes, so the
+semantic check judges the math and leaves rounding to the precision check. That is
+right for measured quantities, whose rounding is noise. It is wrong for counted ones:
+a count of kept mask elements summed in bf16 is 256, not 257, once past 256 (bf16
+holds whole numbers exactly only up to 2^8, f32 up to 2^24), and the kernel then
+divides by the wrong count: a wrong answer, not a rounding, however loose the output's
+tolerance.
+
+So a value is *counted* when it is a whole-number quantity by construction: a bool or
+i32 input, a whole-number constant, a cast of a counted value, and add, sub, mul, neg,
+abs, maximum, minimum, where (of counted branches), sums, maxima, minima, matmuls and
+the movement and shape ops of counted values (with whole-number literals). exact_output
+runs the kernel in exact mode except that counted values held in f32 or bf16 are
+computed as the hardware computes them: exactly while the dtype holds them, rounded
+where it cannot. Everything else stays exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from stochopt.backend.emulate import emulate
+from stochopt.leir.ir import Kernel
+from stochopt.leir.rules import Const
+from stochopt.verify import traced
+
+# ops whose result is a whole number when every tensor operand (and literal) is one
+WHOLE_OPS = frozenset({"add", "sub", "mul", "neg", "abs", "maximum", "minimum", "where",
+                       "reduce_sum", "reduce_max", "reduce_min", "matmul", "cast", "load",
+                       "store", "relayout", "slice", "concat", "transpose", "reshape",
+                       "broadcast_to"})
+FLOATS = ("f32", "bf16")
+
+
+def counted_nodes(kernel: Kernel) -> frozenset[int]:
+    """The nodes holding a counted value (module doc) in a float dtype."""
+    whole: list[bool] = []
+    for node in kernel.nodes:
+        if node.op == "input":
+            whole.append(node.type.dtype in ("i32", "bool"))
+        elif node.op == "full":
+            whole.append(float(node.attr("value")).is_integer())
+        elif node.op == "cast" and node.attr("dtype") in ("i32", "bool"):
+            whole.append(True)
+        elif node.op in ("gt", "ge", "lt", "le", "eq"):
+            whole.append(True)
+        elif node.op in WHOLE_OPS:
+            tensors = node.inputs[1:] if node.op == "where" else node.inputs
+            literals = [a for a in node.args if isinstance(a, Const)]
+            whole.append(all(whole[a] for a in tensors) and all(
+                _whole(c.value) for c in literals))
+        else:
+            whole.append(False)
+    return frozenset(i for i, node in enumerate(kernel.nodes)
+                     if whole[i] and node.type.dtype in FLOATS)
+
+
+def _whole(value) -> bool:
+    return isinstance(value, bool | int | np.integer) or float(value).is_integer()
+
+
+def exact_output(kernel: Kernel, inputs: Mapping[str, np.ndarray],
+                 counted: frozenset[int] | None = None) -> np.ndarray:
+    """The kernel's exact-mode output, with counted values in float dtypes computed as
+    the hardware does (module doc); emulate(exact=True) when it has none."""
+    counted = counted_nodes(kernel) if counted is None else counted
+    if not counted:
+        return emulate(kernel, inputs, exact=True)
+    return traced.run(kernel, inputs, [kernel.output], exact=True,
+                      native_nodes=counted)[kernel.output]

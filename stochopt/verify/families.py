@@ -1,0 +1,218 @@
+"""The input space in full: families of inputs that fixed patterns and uniform draws miss.
+
+A kernel with a fast path or a special case is wrong only where its condition holds,
+and conditions live where uniform draws never go. Each family below is a tensor pattern
+with one parameter (Recipe.fraction), swept log-spaced, or a link that makes one input
+from another; every family is drawn for every input and every pair of inputs that it
+fits, always inside the spec's declared ranges:
+
+    scaled          values at scale s around the range's point nearest 0, s log-spaced
+                    from 0.1 down to a few units of the dtype's smallest subnormal
+    mixed_scales    every element at its own log-uniform scale over the whole range,
+                    down to the smallest subnormal, with exact zeros and -0.0
+    signed_zeros    0.0 and -0.0, with a few of the smallest subnormals
+    spread          rows with a spread s (log-spaced) around a centre: nearly constant
+    integers        whole numbers over the whole range (integer-valued floats)
+    equal_rows      every row the same
+    shifted_rows    every row the first row plus its own offset
+    rolled_rows     every row the first row rolled by its index
+    row_ties        each row's max and min repeated k times
+    kept_per_row    bool: exactly k true per row, k log-spaced from 1 to all
+    kept_per_column bool: exactly k true per column
+    dropped_per_row bool: all but k true per row
+
+    mask_top_k / mask_bottom_k         a mask keeping the k largest / smallest values of
+                                       a float input of its shape, per row
+    query_equal / query_opposite /     rows of q equal, opposite or orthogonal to rows of
+    query_orthogonal                   k (same leading and last axes), scaled into range
+    opposite                           one input the negation of another
+
+A link's pair is one of the pairs that fit, chosen by the recipe's seed, or the one
+named after a colon (`opposite:1`, the second pair).
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from stochopt.spec import Spec, TensorSpec
+
+# k for the counting families: 1, 2, 3 ... log-spaced up to the whole row
+KEPT = (1, 2, 3, 4, 5, 8, 12, 16, 32, 64, 128, 255, 256, 257, 512, 1024, 2048, 4096)
+SPREADS = (1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7, 1e-9)
+SCALE_STEPS = 12
+SMALLEST = {"f32": float(np.finfo(np.float32).smallest_subnormal),
+            "bf16": float(ml_dtypes.finfo(ml_dtypes.bfloat16).smallest_subnormal),
+            "i32": 1.0}
+
+FLOAT_FAMILIES = ("scaled", "mixed_scales", "signed_zeros", "spread", "integers",
+                  "equal_rows", "shifted_rows", "rolled_rows", "row_ties")
+BOOL_FAMILIES = ("kept_per_row", "kept_per_column", "dropped_per_row")
+FAMILY_LINKS = ("mask_top_k", "mask_bottom_k", "query_equal", "query_opposite",
+                "query_orthogonal", "opposite")
+
+
+def scales(t: TensorSpec) -> tuple[float, ...]:
+    """Log-spaced scales from 0.1 down to where values are a few of the dtype's
+    smallest subnormals."""
+    lo, hi = t.bounds
+    centre = min(max(0.0, lo), hi)
+    reach = max(hi - centre, centre - lo, 1e-300)
+    low = np.log10(max(4 * SMALLEST[t.dtype] / reach, 1e-300))
+    return tuple(float(s) for s in np.logspace(-1, low, SCALE_STEPS))
+
+
+def parameters(pattern: str, t: TensorSpec) -> tuple[float, ...]:
+    """The values a family's parameter takes for this tensor (empty: none)."""
+    n = t.shape[-1]
+    if pattern == "scaled":
+        return scales(t)
+    if pattern == "spread":
+        return SPREADS
+    if pattern in ("kept_per_row", "dropped_per_row", "row_ties"):
+        return tuple(float(k) for k in KEPT if k < n) + (float(n),)
+    if pattern == "kept_per_column":
+        m = t.shape[-2] if len(t.shape) > 1 else n
+        return tuple(float(k) for k in KEPT if k < m) + (float(m),)
+    return (0.5,)
+
+
+def family_tensor(t: TensorSpec, pattern: str, parameter: float,
+                  rng: np.random.Generator) -> np.ndarray:
+    """One tensor of a family, float64 for floats (to be rounded by the caller)."""
+    shape = t.shape
+    n = shape[-1]
+    rows = int(np.prod(shape[:-1], dtype=np.int64)) if len(shape) > 1 else 1
+    if t.dtype == "bool":
+        return _mask(pattern, parameter, rng, shape)
+    lo, hi = t.bounds
+    centre = min(max(0.0, lo), hi)
+    u = rng.uniform(lo, hi, (rows, n))
+    if pattern == "scaled":
+        x = centre + (u - centre) * parameter
+    elif pattern == "mixed_scales":
+        reach = max(hi - centre, centre - lo)
+        low = np.log10(max(SMALLEST[t.dtype], 1e-300) / max(reach, 1e-300))
+        size = reach * 10.0 ** rng.uniform(low, 0.0, (rows, n))
+        up = rng.random((rows, n)) < (hi - centre) / max(hi - lo, 1e-300)
+        x = np.where(up, centre + size, centre - size)
+        x = np.where(rng.random((rows, n)) < 0.05, centre, x)
+        if lo <= 0.0 <= hi:
+            x = np.where(rng.random((rows, n)) < 0.05, -0.0, x)
+    elif pattern == "signed_zeros":
+        x = _signed_zeros(t, rng, (rows, n), lo, hi, u)
+    elif pattern == "spread":
+        middle = rng.uniform(lo, hi, (rows, 1))
+        x = middle + (u - (lo + hi) / 2) * parameter
+    elif pattern == "integers":
+        x = np.floor(rng.uniform(np.ceil(lo), np.floor(hi) + 1, (rows, n)))
+    elif pattern == "equal_rows":
+        x = np.repeat(u[:1], rows, axis=0)
+    elif pattern == "shifted_rows":
+        half = (hi - lo) / 2
+        x = rng.uniform(lo, lo + half, (1, n)) + rng.uniform(0, half, (rows, 1))
+    elif pattern == "rolled_rows":
+        x = u[0][(np.arange(n)[None, :] - np.arange(rows)[:, None]) % n]
+    elif pattern == "row_ties":
+        x = _ties(u, int(parameter), rng)
+    else:
+        raise ValueError(f"unknown family {pattern!r}")
+    return np.clip(x, lo, hi).reshape(shape)
+
+
+def _signed_zeros(t: TensorSpec, rng, shape, lo: float, hi: float, u) -> np.ndarray:
+    if not lo <= 0.0 <= hi:
+        return np.full(shape, min(max(0.0, lo), hi))  # the point nearest 0, everywhere
+    x = np.where(rng.random(shape) < 0.5, 0.0, -0.0)
+    tiny = SMALLEST[t.dtype] * rng.integers(1, 4, shape)
+    x = np.where(rng.random(shape) < 0.05, np.clip(tiny * np.sign(u), lo, hi), x)
+    return np.where(rng.random(shape) < 0.05, u, x)
+
+
+def _ties(u: np.ndarray, k: int, rng) -> np.ndarray:
+    """Each row's max and min copied to k places of the row (k >= 1)."""
+    rows, n = u.shape
+    x = u.copy()
+    order = np.argsort(rng.random((rows, n)), axis=1)
+    top, bottom = u.max(axis=1, keepdims=True), u.min(axis=1, keepdims=True)
+    take = min(k, n // 2) if n > 1 else 1
+    np.put_along_axis(x, order[:, :take], top, axis=1)
+    np.put_along_axis(x, order[:, take:2 * take], bottom, axis=1)
+    return x
+
+
+def _mask(pattern: str, parameter: float, rng, shape) -> np.ndarray:
+    """Exactly k true per row (per column, or all but k per row)."""
+    k = int(parameter)
+    if pattern == "kept_per_column" and len(shape) > 1:
+        return np.swapaxes(_mask("kept_per_row", parameter, rng,
+                                 shape[:-2] + (shape[-1], shape[-2])), -1, -2)
+    n = shape[-1]
+    rank = np.argsort(np.argsort(rng.random(shape), axis=-1), axis=-1)
+    keep = rank < min(k, n)
+    return ~keep if pattern == "dropped_per_row" else keep
+
+
+# ---------------------------------------------------------------------------------
+# links: one input made from another
+# ---------------------------------------------------------------------------------
+
+def link_pairs(spec: Spec, link: str) -> list[tuple[str, str]]:
+    """The (source, made) pairs of inputs a link fits, in a fixed order."""
+    floats = [n for n, t in spec.inputs.items() if t.dtype in ("f32", "bf16")]
+    masks = [n for n, t in spec.inputs.items() if t.dtype == "bool"]
+    shape = {n: t.shape for n, t in spec.inputs.items()}
+    if link in ("mask_top_k", "mask_bottom_k"):
+        return [(f, m) for m in masks for f in floats if shape[f] == shape[m]]
+    if link == "opposite":
+        return [(a, b) for a in floats for b in floats if a != b and shape[a] == shape[b]]
+    if link.startswith("query_"):
+        return [(k, q) for q in floats for k in floats if q != k and _alignable(shape[q],
+                                                                                shape[k])]
+    return []
+
+
+def _alignable(sq: tuple[int, ...], sk: tuple[int, ...]) -> bool:
+    return len(sq) >= 2 and len(sk) == len(sq) and sq[:-2] == sk[:-2] and sq[-1] == sk[-1]
+
+
+def apply_link(spec: Spec, arrays: dict[str, np.ndarray], link: str,
+               rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """The inputs with one made from another by a FAMILY_LINKS link (float64 for the
+    floats made, to be rounded by the caller); unchanged where the link fits no pair."""
+    name, _, index = link.partition(":")
+    pairs = link_pairs(spec, name)
+    if not pairs:
+        return arrays
+    source, made = pairs[int(index) % len(pairs) if index else rng.integers(len(pairs))]
+    out = dict(arrays)
+    x = np.asarray(arrays[source], np.float64)
+    lo, hi = spec.inputs[made].bounds
+    if name in ("mask_top_k", "mask_bottom_k"):
+        k = min(KEPT[rng.integers(len(KEPT))], x.shape[-1])
+        order = np.argsort(np.argsort(x if name == "mask_bottom_k" else -x, axis=-1,
+                                      kind="stable"), axis=-1)
+        out[made] = order < k
+    elif name == "opposite":
+        out[made] = np.clip(-x, lo, hi)
+    else:
+        out[made] = _query(x, spec.inputs[made].shape, name, lo, hi, rng)
+    return out
+
+
+def _query(k: np.ndarray, shape: tuple[int, ...], link: str, lo: float, hi: float,
+           rng) -> np.ndarray:
+    """Rows of q (of this shape) equal, opposite or orthogonal to randomly picked rows
+    of k, scaled so that every element lies in [lo, hi]."""
+    pick = rng.integers(k.shape[-2], size=shape[:-1])
+    rows = np.take_along_axis(k, pick[..., None], axis=-2)
+    if link == "query_opposite":
+        rows = -rows
+    elif link == "query_orthogonal":
+        other = rng.standard_normal(rows.shape)
+        norm = np.maximum((rows * rows).sum(-1, keepdims=True), 1e-300)
+        rows = other - rows * (other * rows).sum(-1, keepdims=True) / norm
+    size = np.maximum(np.abs(rows).max(axis=-1, keepdims=True), 1e-300)
+    room = max(min(abs(lo), abs(hi)), 0.0) if lo < 0 < hi else max(abs(lo), abs(hi))
+    return np.clip(rows * np.minimum(1.0, room / size), lo, hi)

@@ -1,0 +1,101 @@
+"""Decision points of a candidate that its baseline lacks, their margins and sides, and
+the sides the declared ranges make dead (stochopt/verify/decisions.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stochopt.leir import parse
+from stochopt.verify import traced
+from stochopt.verify.decisions import assess, decision_targets
+from stochopt.verify.ranges import declared_ranges
+
+ROWS = "tests/verify/corpus/specs/masked_max_sentinel.py"
+
+
+def _masked(body: str) -> str:
+    return (f"# spec: {ROWS}\n"
+            'def kernel(x: "f32[64,256] @ dram", mask: "bool[64,256] @ dram") '
+            '-> "f32[64,1] @ dram":\n'
+            '    m = load(mask, "(64,256)/((8_L2B,8_L1B),(256))")\n'
+            '    xs = load(x, "(64,256)/((8_L2B,8_L1B),(256))")\n'
+            "    right = reduce_max(where(m, xs, -1e+30), axis=1, keepdims=True)\n" + body)
+
+
+def _targets(text: str, spec_and_baseline):
+    spec, baseline = spec_and_baseline(ROWS)
+    return decision_targets(parse(text), baseline, declared_ranges(spec))
+
+
+def test_the_baseline_and_its_layouts_have_no_targets(spec_and_baseline):
+    spec, baseline = spec_and_baseline(ROWS)
+    assert decision_targets(baseline, baseline, declared_ranges(spec)) == []
+    same = _masked("    return store(right)\n")
+    assert _targets(same, spec_and_baseline) == []
+
+
+def test_a_fast_path_is_a_comparison_and_a_mask(spec_and_baseline):
+    text = _masked("    count = reduce_sum(cast(m, \"f32\"), axis=1, keepdims=True)\n"
+                   "    plain = reduce_max(xs, axis=1, keepdims=True)\n"
+                   "    return store(where(count > 250.0, plain, right))\n")
+    targets = _targets(text, spec_and_baseline)
+    kinds = {t.kind: t for t in targets}
+    # the where's condition is the comparison, a target of its own: no mask target
+    assert set(kinds) == {"compare"}
+    compare = kinds["compare"]
+    assert compare.text == "line 8: gt(count, 250)" and compare.right == 250.0
+    assert compare.dead == frozenset()  # a count of 256 reaches both sides and 250
+
+
+def test_sides_that_the_declared_ranges_rule_out_are_dead(spec_and_baseline):
+    # x in [-50, 50]: x > 60 is never true, and x > -60 never false
+    text = _masked("    top = reduce_max(xs, axis=1, keepdims=True)\n"
+                   "    return store(where(top > 60.0, top, where(top > -60.0, right, top)))\n")
+    by_text = {t.text: t for t in _targets(text, spec_and_baseline)}
+    assert by_text["line 7: gt(top, 60)"].dead == {"above", "band"}
+    assert by_text["line 7: gt(top, -60)"].dead == {"below", "band"}
+
+
+def test_clamps_selects_casts_and_subsets_are_targets(spec_and_baseline):
+    text = _masked("    a = reduce_max(xs[0:64, 0:128], axis=1, keepdims=True)\n"
+                   "    b = reduce_max(xs[0:64, 128:256], axis=1, keepdims=True)\n"
+                   "    n = cast(cast(a, \"i32\"), \"f32\")\n"
+                   "    return store(minimum(maximum(a, b), 40.0) + n * 0.0 + right * 0.0)\n")
+    kinds = sorted(t.kind for t in _targets(text, spec_and_baseline))
+    assert kinds == ["cast", "clamp", "select", "subset", "subset"]
+
+
+@pytest.mark.parametrize("values, reached", [
+    (np.array([[1.0, 3.0]]), {"below", "above"}),   # 1 < 2 < 3
+    (np.array([[2.0, 2.001]]), {"above", "band"}),  # 2.001 within 1e-3 of 2
+    (np.array([[5.0, 6.0]]), {"above"}),
+])
+def test_assess_tells_the_sides_an_input_reaches(values, reached, spec_and_baseline):
+    text = _masked("    top = reduce_max(xs, axis=1, keepdims=True)\n"
+                   "    return store(where(top > 2.0, top, right))\n")
+    target = next(t for t in _targets(text, spec_and_baseline) if t.kind == "compare")
+    score = assess(target, {target.left: values})
+    assert {s for s, v in score.items() if v <= 0} == reached
+    # a side not reached says how far it is, so a search can descend on it
+    assert all(v > 0 for s, v in score.items() if s not in reached)
+
+
+def test_the_margin_reads_values_the_traced_emulation_keeps(spec_and_baseline):
+    spec, _ = spec_and_baseline(ROWS)
+    text = _masked("    top = reduce_max(xs, axis=1, keepdims=True)\n"
+                   "    return store(where(top > 2.0, top, right))\n")
+    kernel = parse(text)
+    target = next(t for t in _targets(text, spec_and_baseline) if t.kind == "compare")
+    x = {"x": np.full((64, 256), 2.0, np.float32), "mask": np.ones((64, 256), bool)}
+    values = traced.run(kernel, x, target.nodes(), exact=False)
+    assert assess(target, values)["band"] <= 0
+
+
+def test_a_value_against_its_own_row_max_is_never_above_it(spec_and_baseline):
+    # xs == max(xs): the relation of section 2 says xs - max <= 0, so "above" is dead
+    text = _masked("    top = reduce_max(xs, axis=1, keepdims=True)\n"
+                   "    hot = cast(xs == top, \"f32\")\n"
+                   "    return store(right + reduce_sum(hot, axis=1, keepdims=True) * 0.0)\n")
+    target = next(t for t in _targets(text, spec_and_baseline) if t.op == "eq")
+    assert target.dead == {"above"}

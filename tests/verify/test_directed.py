@@ -1,0 +1,131 @@
+"""Candidate-directed inputs (directed.py): interval back-propagation (backprop.py),
+moves over inputs (moves.py) and coverage (coverage.py) drive a candidate's own decision
+points to each side and into their bands, and expose what a fast path does there."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from stochopt.leir import parse
+from stochopt.verify import certificate, check
+from stochopt.verify.backprop import Goal, backprop, realize
+from stochopt.verify.coverage import (
+    Coverage,
+    coverage_of,
+    coverage_warnings,
+    describe_coverage,
+)
+from stochopt.verify.directed import DIRECTED_SHARE
+from stochopt.verify.moves import kernel_constants, legal, move, parameters
+from stochopt.verify.strategies import random_spec_inputs
+
+ROWS = "tests/verify/corpus/specs/masked_max_sentinel.py"
+HEAD = (f"# spec: {ROWS}\n"
+        'def kernel(x: "f32[64,256] @ dram", mask: "bool[64,256] @ dram") '
+        '-> "f32[64,1] @ dram":\n'
+        '    m = load(mask, "(64,256)/((8_L2B,8_L1B),(256))")\n'
+        '    xs = load(x, "(64,256)/((8_L2B,8_L1B),(256))")\n'
+        "    right = reduce_max(where(m, xs, -1e+30), axis=1, keepdims=True)\n"
+        "    count = reduce_sum(cast(m, \"f32\"), axis=1, keepdims=True)\n")
+# a fast path for rows keeping exactly three elements: their plain max, mask ignored
+FAST_PATH = HEAD + ("    plain = reduce_max(xs, axis=1, keepdims=True)\n"
+                    "    return store(where(count == 3.0, plain, right))\n")
+# the same decision, taken harmlessly: an equivalent kernel with a decision point
+HARMLESS = HEAD + "    return store(where(count == 3.0, right, right * 1.0))\n"
+
+
+def test_back_propagation_reaches_the_inputs_through_counts_and_squares(spec_and_baseline):
+    kernel = parse(FAST_PATH)
+    count = next(i for i, n in enumerate(kernel.nodes) if n.name == "count")
+    # a row sum of 0/1 values equal to 3 is a row with 3 of 256 true
+    (alternative,), = [backprop(kernel, count, (3.0, 3.0))]
+    assert alternative == (Goal("mask", (3 / 256, 3 / 256), True),)
+    spec, _ = spec_and_baseline(ROWS)
+    built = realize(spec, random_spec_inputs(spec, 0), alternative,
+                    np.random.default_rng(0), 0.5)
+    counts = built["mask"].sum(axis=1)
+    assert (counts == 3).any() and set(counts[counts != 3]) != {3}
+
+
+def test_back_propagation_splits_a_where_and_intersects_goals():
+    text = ("# spec: specs/rmsnorm.py\n"
+            'def kernel(x: "f32[256,2048] @ dram", w: "f32[2048] @ dram") '
+            '-> "f32[256,2048] @ dram":\n'
+            '    xs = load(x, "(256,2048)/((8_L2B,8_L1B,4_MAB),(4_PE,512))")\n'
+            "    ms = reduce_sum(xs * xs, axis=1, keepdims=True) * 0.00048828125\n"
+            "    band = where(ms > 14.0, ms < 14.01, ms < -1.0)\n"
+            '    ws = load(w, "(2048)/((4_PE,512)); B@[L2B,L1B,MAB]")\n'
+            "    return store(xs * rsqrt(ms + 1e-06) * ws * cast(band, \"f32\"))\n")
+    kernel = parse(text)
+    band = next(i for i, n in enumerate(kernel.nodes) if n.name == "band")
+    alternatives = backprop(kernel, band, (1.0, 1.0))
+    # the true branch: 14 < mean square < 14.01, rows of x near +-sqrt(14)
+    rows = [a for a in alternatives if len(a) == 1 and a[0].rows]
+    assert rows, alternatives
+    intervals = sorted(a[0].interval for a in rows)
+    assert intervals[0] == pytest.approx((-np.sqrt(14.01), -np.sqrt(14.0)))
+    assert intervals[-1] == pytest.approx((np.sqrt(14.0), np.sqrt(14.01)))
+
+
+def test_a_goal_outside_the_declared_range_builds_nothing(spec_and_baseline):
+    spec, _ = spec_and_baseline(ROWS)  # x in [-50, 50]
+    built = realize(spec, random_spec_inputs(spec, 0), (Goal("x", (60.0, 70.0), False),),
+                    np.random.default_rng(0), 0.5)
+    assert built is None
+
+
+def test_moves_keep_inputs_legal_and_walk_the_kernels_thresholds(spec_and_baseline):
+    spec, _ = spec_and_baseline(ROWS)
+    constants = kernel_constants(parse(FAST_PATH))
+    values = parameters(spec, "x", "fill_some", constants)
+    assert values[0] == 3.0 and 3.0003 in values  # the threshold first, then beside it
+    assert min(abs(v) for v in values if v) < 1e-40  # down to the subnormals
+    start = random_spec_inputs(spec, 0)
+    for kind in ("fill", "scale", "spread", "shift", "extreme", "integers", "copy_row"):
+        moved = legal(spec, move(spec, start, "x", kind, parameters(spec, "x", kind,
+                                                                   constants)[-1],
+                                 np.random.default_rng(1)))
+        assert moved["x"].dtype == np.float32 and np.abs(moved["x"]).max() <= 50.0
+    kept = move(spec, start, "mask", "kept", 3.0, np.random.default_rng(1))
+    assert (kept["mask"].sum(axis=1) == 3).all()
+
+
+def test_a_fast_path_behind_a_rare_condition_is_refused(spec_and_baseline):
+    spec, baseline = spec_and_baseline(ROWS)
+    for seed in (0, 1):
+        verdict = check(parse(FAST_PATH), spec, examples=40, seed=seed, baseline=baseline)
+        assert not verdict.equivalent and verdict.examples <= 40 + DIRECTED_SHARE * 40
+        assert verdict.counterexample.found_by.startswith(("directed input", "family case"))
+        assert verdict.coverage["targets"] == 1
+
+
+def test_an_equivalent_kernel_reports_its_coverage(spec_and_baseline):
+    spec, baseline = spec_and_baseline(ROWS)
+    verdict = check(parse(HARMLESS), spec, examples=40, seed=0, baseline=baseline)
+    assert verdict.equivalent
+    cov = verdict.coverage
+    assert cov["targets"] >= 1 and cov["reached"] == cov["sides"] and not cov["not_reached"]
+    assert verdict.to_json()["coverage"] == cov
+    assert certificate(parse(HARMLESS), spec, verdict)["coverage"] == cov
+    assert "sides reached" in describe_coverage(cov)
+    # the baseline decides nothing new: it reports no targets and pays nothing
+    plain = check(baseline, spec, examples=20, seed=0, baseline=baseline)
+    assert plain.coverage["targets"] == 0 and plain.coverage["probes"] == 0
+
+
+def test_a_dead_side_is_named_and_a_side_not_reached_is_a_warning(spec_and_baseline):
+    spec, baseline = spec_and_baseline(ROWS)
+    kernel = parse(HEAD + "    top = reduce_max(xs, axis=1, keepdims=True)\n"
+                          "    return store(where(top > 60.0, top, right))\n")
+    coverage = coverage_of(kernel, baseline, spec)
+    assert isinstance(coverage, Coverage)
+    summary = coverage.summary()
+    assert summary["not_reachable"] == ["line 8: gt(top, 60) above", "line 8: gt(top, 60) band"]
+    verdict = check(kernel, spec, examples=30, seed=0, baseline=baseline)
+    assert verdict.equivalent and verdict.coverage["not_reached"] == []
+    assert "not reachable under the declared ranges" in describe_coverage(verdict.coverage)
+    missed = dict(summary, not_reached=["line 8: gt(top, 60) below"])
+    (warning,) = coverage_warnings(missed)
+    assert "line 8: gt(top, 60) below" in warning and "not tested" in warning
+    assert coverage_warnings(verdict.coverage) == [] and verdict.warnings == []
