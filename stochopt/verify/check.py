@@ -1,8 +1,10 @@
 """check(kernel, spec) -> Verdict: is a kernel equivalent to its spec?
 
 Structured inputs first (constant rows, extremes, zeros, an outlier, one-hot rows, ties,
-all-false and all-true mask rows), then hypothesis draws; a failure is shrunk by
-hypothesis and reported as the simplest input found, with the worst element.
+all-false and all-true mask rows), then hunting cases, hypothesis's draws for the seed,
+targeted draws and a local search that follow the kernel's errors (targeting.py,
+climb.py); a failure is shrunk and reported as the simplest input found, with the worst
+element. What does not depend on the kernel is computed once per run (bank.py).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -17,7 +20,6 @@ from pathlib import Path
 import hypothesis
 import ml_dtypes
 import numpy as np
-from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 
 from stochopt.backend.emulate import check_emulation_memory, emulate
 from stochopt.displayable import Displayable
@@ -26,6 +28,7 @@ from stochopt.leir.ir import Kernel
 from stochopt.leir.render import render
 from stochopt.machine import load_machine
 from stochopt.spec import Spec
+from stochopt.verify.bank import BankInputs, CheckContext
 from stochopt.verify.climb import climb
 from stochopt.verify.compare import (
     Mismatch,
@@ -40,13 +43,12 @@ from stochopt.verify.magnitude import magnitudes
 from stochopt.verify.ranges import Hazard, range_refusal
 from stochopt.verify.strategies import (
     Recipe,
-    build_inputs,
     hunting_recipes,
-    input_recipes,
     nearby_inputs,
     random_spec_inputs,
     structured_recipes,
 )
+from stochopt.verify.targeting import TARGET_SHARE, TARGET_STEPS, draw_and_target
 
 DEFAULT_EXAMPLES = 200
 
@@ -152,50 +154,71 @@ def _sig(d) -> str:
 
 
 class _Comparison:
-    """Runs one input through kernel, baseline and reference; keeps the worst errors."""
+    """Runs one input through kernel, baseline and reference; keeps the worst errors.
+    What does not depend on the kernel comes from the check's context (bank.py)."""
 
-    def __init__(self, kernel, spec, baseline, deadline: float | None) -> None:
-        self.kernel, self.spec, self.baseline = kernel, spec, baseline
+    def __init__(self, kernel, context: CheckContext, deadline: float | None) -> None:
+        self.kernel, self.context = kernel, context
+        self.spec, self.baseline = context.spec, context.baseline
         self.deadline = deadline
         self.semantic = 0.0
         self.precision = 0.0
         self.count = 0
-        self.typical_scale = typical_output_scale(spec)
+        self.typical_scale = context.typical_scale
         self.last_score = 0.0  # the last input's worst error over its limit (inf: failed)
         self.best_score = -1.0  # the largest last_score of a passing input, and the input
-        self.best_inputs: dict[str, np.ndarray] | None = None
+        self.best_inputs: Mapping[str, np.ndarray] | None = None
+        # the passing recipe-made input closest to failing: (score, recipes)
+        self.best_recipes: tuple[float, dict] | None = None
+        self.results: dict = {}  # input key -> (score, mismatch): each input runs once
 
-    def run(self, inputs: dict[str, np.ndarray]) -> Mismatch | None:
+    def has_run(self, key) -> bool:
+        return key in self.results
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> Mismatch | None:
+        inputs = self.context.given_inputs(inputs)
+        done = self.results.get(inputs.key)
+        if done is not None:  # the same input again (a targeted step, a shrink)
+            self.last_score = done[0]
+            return done[1]
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise CheckInterrupted()
         self.count += 1
         self.last_score = float("inf")
-        ref = reference_output(self.spec, inputs)
+        bad = self._judge(inputs)
+        self.results[inputs.key] = (self.last_score, bad)
+        if bad is None and self.last_score > self.best_score:
+            self.best_score, self.best_inputs = self.last_score, inputs
+        recipes = inputs.entry.recipes
+        if bad is None and recipes is not None and (
+                self.best_recipes is None or self.last_score > self.best_recipes[0]):
+            self.best_recipes = (self.last_score, recipes)
+        return bad
+
+    def _judge(self, inputs: BankInputs) -> Mismatch | None:
+        entry = self.context.limits(inputs)
+        ref, size = entry.reference, entry.magnitude
         out_shape = self.kernel.output_type.shape
         if ref.shape != out_shape:
             raise StochoptError(f"the spec returns shape {ref.shape}, the kernel {out_shape}")
-        size = None if self.baseline is None else magnitudes(self.baseline, inputs, ref)
-        sem, bad = semantic_error(emulate(self.kernel, inputs, exact=True), ref,
+        sem, bad = semantic_error(self.context.output(self.kernel, inputs, exact=True), ref,
                                   self.typical_scale, size)
         self.semantic = max(self.semantic, sem)
         if bad is not None:
             return bad
-        got = emulate(self.kernel, inputs)
-        base = None if self.baseline is None else emulate(self.baseline, inputs)
+        got = self.context.output(self.kernel, inputs, exact=False)
+        base = entry.baseline_output
         judge = partial(precision_check, got, ref, self.spec.output_dtype, self.spec.rtol,
                         self.spec.atol, base, magnitude=size)
-        prec, bad = judge()
+        prec, bad = judge(allowance=entry.allowance)
         if (bad is not None and bad.check == "precision" and base is not None
                 and self.spec.rtol is None and self.spec.atol is None):
             # one input is one sample of rounding luck, for the baseline too (all of a
             # constant input is one value): before refusing, take the baseline's worst
             # error on a few inputs near this one as well
-            near = baseline_error_nearby(self.spec, self.baseline, inputs)
-            prec, bad = judge(baseline_error=near)
+            prec, bad = judge(baseline_error=self.context.nearby_error(inputs))
         self.precision = max(self.precision, prec)
         self.last_score = prec
-        if bad is None and prec > self.best_score:
-            self.best_score, self.best_inputs = prec, inputs
         return bad
 
 
@@ -230,7 +253,7 @@ def baseline_error_nearby(spec: Spec, baseline: Kernel, inputs: dict[str, np.nda
 
 
 # inputs of a full check spent on the local search over inputs: a share of the
-# examples, at most CLIMB_STEPS
+# examples, at most CLIMB_STEPS (targeting.py: as many again on targeted draws)
 CLIMB_SHARE, CLIMB_STEPS = 0.1, 20
 # inputs tried for a concrete counterexample to a kernel the range analysis refused
 WITNESS_TRIES = 24
@@ -239,22 +262,25 @@ WITNESS_TRIES = 24
 def check(kernel: Kernel, spec: Spec, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0,
           machine=None, baseline: Kernel | None = None,
           extra_inputs: list[dict[str, np.ndarray]] | None = None,
-          structured: bool = True, deadline: float | None = None) -> Verdict:
+          structured: bool = True, deadline: float | None = None,
+          context: CheckContext | None = None) -> Verdict:
     """Full equivalence check: the static range analysis, then the structured and
-    hunting cases, extra inputs, hypothesis draws and a short local search over inputs.
+    hunting cases, extra inputs, the drawn and targeted inputs and a short local search
+    over inputs.
 
-    ``deadline`` (time.monotonic) stops the check early with ``interrupted`` set."""
+    ``deadline`` (time.monotonic) stops the check early with ``interrupted`` set.
+    ``context`` (bank.CheckContext, made for this spec and baseline) keeps what does not
+    depend on the kernel for the next check; the verdict is the same without it."""
     if not isinstance(examples, int) or isinstance(examples, bool) or examples < 1:
         raise StochoptError(f"examples must be a positive integer, got {examples!r}")
     machine = load_machine(machine)
     check_signature(kernel, spec)
     check_emulation_memory(kernel)  # before any input is built
-    if baseline is None:
-        from stochopt.lower import lower
-        baseline = lower(spec, machine)
     start = time.perf_counter()
+    context = _context(context, spec, baseline, machine)
+    baseline = context.baseline
     hazard = range_refusal(kernel, baseline, spec)
-    cmp = _Comparison(kernel, spec, baseline, deadline)
+    cmp = _Comparison(kernel, context, deadline)
     cuts = kernel_boundaries(kernel, spec)
     try:
         if hazard is not None:
@@ -264,6 +290,22 @@ def check(kernel: Kernel, spec: Spec, *, examples: int = DEFAULT_EXAMPLES, seed:
     except CheckInterrupted:
         return Verdict(False, cmp.count, seed, cmp.semantic, cmp.precision, None,
                        time.perf_counter() - start, interrupted=True)
+
+
+def _context(context: CheckContext | None, spec: Spec, baseline: Kernel | None,
+             machine) -> CheckContext:
+    """The context a check runs in: the one given (which must be this spec's and this
+    baseline's), or a new one."""
+    if context is not None:
+        if not context.serves(spec, baseline or context.baseline):
+            raise StochoptError(f"this check context was made for spec "
+                                f"{context.spec.name} and another baseline",
+                                hint="make one CheckContext per spec and baseline")
+        return context
+    if baseline is None:
+        from stochopt.lower import lower
+        baseline = lower(spec, machine)
+    return CheckContext(spec, baseline, machine)
 
 
 def check_fits(kernel: Kernel, machine) -> None:
@@ -278,21 +320,22 @@ def check_fits(kernel: Kernel, machine) -> None:
     cost(kernel, machine)
 
 
-def _fixed_inputs(spec, structured, extra_inputs, cuts) -> list:
+def _fixed_inputs(context, structured, extra_inputs, cuts) -> list:
     """(recipes or None, inputs, kind): the given inputs, then the structured and
-    hunting cases."""
+    hunting cases (built by the context on first use)."""
+    spec = context.spec
     given = [(None, x, "given input") for x in extra_inputs or []]
     if not structured:
         return given
-    return given + [(r, build_inputs(spec, r, cuts), "structured case")
+    return given + [(r, context.recipe_inputs(r, cuts), "structured case")
                     for r in structured_recipes(spec)] + [
-        (r, build_inputs(spec, r, cuts), "hunting case") for r in hunting_recipes(spec)]
+        (r, context.recipe_inputs(r, cuts), "hunting case") for r in hunting_recipes(spec)]
 
 
 def _refused_by_range(cmp, hazard: Hazard, spec, seed, extra_inputs, structured, cuts,
                       start) -> Verdict:
     """Refused without an input; for the user, look a little for one that shows it."""
-    tried = _fixed_inputs(spec, structured, extra_inputs, cuts)[:WITNESS_TRIES]
+    tried = _fixed_inputs(cmp.context, structured, extra_inputs, cuts)[:WITNESS_TRIES]
     found = None
     for recipes, inputs, kind in tried:
         bad = cmp.run(inputs)
@@ -316,52 +359,27 @@ def _check(cmp, examples, seed, extra_inputs, structured, cuts, start) -> Verdic
         return Verdict(bad is None, cmp.count, seed, cmp.semantic, cmp.precision, bad,
                        time.perf_counter() - start)
 
-    fixed = _fixed_inputs(spec, structured, extra_inputs, cuts)
+    fixed = _fixed_inputs(cmp.context, structured, extra_inputs, cuts)
     fixed = fixed[:max(examples, len(extra_inputs or []))]
     for recipes, inputs, kind in fixed:
         bad = cmp.run(inputs)
         if bad is not None:
             return verdict(Counterexample(bad, inputs, recipes, found_by=kind))
     steps = min(CLIMB_STEPS, int(CLIMB_SHARE * examples)) if structured else 0
-    remaining = examples - len(fixed) - steps
-    if remaining > 0:
-        bad = _draw(cmp, spec, remaining, seed, cuts)
-        if bad is not None:
-            return verdict(bad)
+    targeted = min(TARGET_STEPS, int(TARGET_SHARE * examples))
+    draws = examples - len(fixed) - steps - targeted
+    if draws > 0 or targeted > 0:
+        found = draw_and_target(cmp, cmp.context, draws,
+                                min(targeted, examples - steps - cmp.count), seed, cuts)
+        if found is not None:
+            bad, inputs, recipes, kind = found
+            return verdict(Counterexample(bad, inputs, recipes, found_by=kind))
     steps = examples - cmp.count if structured else 0
     if steps > 0 and cmp.best_inputs is not None:
         found = climb(cmp, spec, cmp.best_inputs, steps, seed, cuts)
         if found is not None:
             return verdict(Counterexample(*found, found_by="local search"))
     return verdict(None)
-
-
-def _draw(cmp, spec, count: int, seed: int, cuts) -> Counterexample | None:
-    """Hypothesis draws of recipes, steered by target() towards larger errors; the
-    failure found, shrunk to its simplest recipe."""
-    failures: list[Counterexample] = []
-
-    @settings(max_examples=count, database=None, deadline=None, derandomize=False,
-              suppress_health_check=list(HealthCheck), print_blob=False,
-              report_multiple_bugs=False, verbosity=Verbosity.quiet,
-              phases=(Phase.generate, Phase.target, Phase.shrink))
-    @hypothesis.seed(seed)
-    @given(input_recipes(spec))
-    def property_(recipes):
-        inputs = build_inputs(spec, recipes, cuts)
-        bad = cmp.run(inputs)
-        if bad is not None:
-            failures.append(Counterexample(bad, inputs, recipes, found_by="draw"))
-            raise AssertionError(bad.describe())
-        hypothesis.target(float(min(cmp.last_score, 1e6)), label="error over its limit")
-
-    try:
-        property_()
-    except AssertionError:
-        pass
-    except hypothesis.errors.HypothesisException as e:
-        raise StochoptError(f"the input generator failed: {e}") from None
-    return failures[-1] if failures else None
 
 
 def sha256_text(text: str) -> str:
