@@ -3,7 +3,7 @@ and the writes that keep it safe against kill -9. The search writes it and the r
 reads it; both take the names from here.
 
     run.json  spec.py  baseline.leir  best.leir  best.json  events.jsonl
-    checkpoint.json  counterexamples/  llm/  unproved.leir (when there is one)
+    checkpoint.json  counterexamples/  llm/  check_bank/  unproved.leir (when there is one)
 
 best.leir only ever holds a proved kernel (or the starting kernel while its own check
 runs, as best.json says): it is written to a temporary file, fsynced and renamed over
@@ -38,6 +38,9 @@ EVENTS_JSONL = "events.jsonl"        # one line per candidate kept (search/event
 CHECKPOINT_JSON = "checkpoint.json"  # the chains' states and totals, for --resume
 COUNTEREXAMPLES = "counterexamples"  # inputs (.npz) on which a candidate was wrong
 LLM_TRANSCRIPTS = "llm"              # one JSON transcript per LLM request
+# what the full checks computed once per input (verify/bank.py): drawn recipes, each
+# input's reference, magnitudes and baseline output; a cache, safe to delete
+CHECK_BANK = "check_bank"
 
 # What became of a candidate (an event's "outcome"). "unproved": screened, faster than
 # the best, but its full check did not finish before the run ended.

@@ -61,10 +61,18 @@ from stochopt.verify.strategies import (
 # per-node values; STOCHOPT_CHECK_MEMORY (bytes) sets both together (2/3 and 1/3)
 ENTRY_BYTES = 1 << 30
 VALUE_BYTES = 512 << 20
+# a context made for one check keeps only what that check may run again (a targeted
+# step, a shrink, a local search step from an input)
+ONE_CHECK_BYTES = 128 << 20
+# an entry goes to disk only when its arrays are small: recomputing softmax's (128x1024
+# reference, magnitudes and baseline output) costs milliseconds, storing them 2.5 MB
+DISK_ENTRY_BYTES = 512 << 10
 # the patterns whose tensors never read the kernel's cuts: their inputs are shared by
 # every kernel; any other pattern (a hunting pattern, or one added later) keys its
 # tensor by the cuts it was built with
 CUT_FREE = frozenset(FLOAT_PATTERNS + BOOL_PATTERNS)
+# more draws than this are made in blocks, each with its own seed (DRAW_BLOCK_SEED apart)
+DRAW_BLOCK, DRAW_BLOCK_SEED = 500, 1_000_003
 # hunting patterns that place values within rows alone (hunting.hunt_tensor): they are
 # built with the cuts of the last axis only, so a kernel that tiles the rows of an input
 # (mla_decode's tiles of positions) shares them with one that does not
@@ -312,8 +320,16 @@ class CheckContext:
         return entry.nearby
 
     # -- drawn recipes -----------------------------------------------------------------
-    def drawn(self, seed: int, count: int) -> list[dict[str, Recipe]]:
-        """The recipes hypothesis draws for this seed (drawn_recipes), once per run."""
+    def drawn(self, seed: int, count: int) -> Iterator[dict[str, Recipe]]:
+        """The recipes hypothesis draws for this seed, ``count`` of them at most
+        (drawn_recipes, made once per run), block by block: a check stopped at its
+        deadline has not waited for draws it would never run."""
+        blocks = max(1, -(-count // DRAW_BLOCK))
+        for block in range(blocks):
+            size = count if blocks == 1 else min(DRAW_BLOCK, count - block * DRAW_BLOCK)
+            yield from self._drawn_block(seed + DRAW_BLOCK_SEED * block, size)
+
+    def _drawn_block(self, seed: int, count: int) -> list[dict[str, Recipe]]:
         key = (seed, count)
         if key not in self.draws:
             path = self._path("draws", f"seed{seed}-n{count}.json")
@@ -357,7 +373,8 @@ class CheckContext:
 
     def _write(self, entry: Entry) -> None:
         path = self._entry_path(entry)
-        if path is None:
+        if path is None or entry.reference.nbytes + entry.magnitude.nbytes \
+                + entry.baseline_output.nbytes > DISK_ENTRY_BYTES:
             return
         import io
 

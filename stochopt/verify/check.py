@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -28,7 +28,7 @@ from stochopt.leir.ir import Kernel
 from stochopt.leir.render import render
 from stochopt.machine import load_machine
 from stochopt.spec import Spec
-from stochopt.verify.bank import BankInputs, CheckContext
+from stochopt.verify.bank import ONE_CHECK_BYTES, BankInputs, CheckContext
 from stochopt.verify.climb import climb
 from stochopt.verify.compare import (
     Mismatch,
@@ -305,7 +305,8 @@ def _context(context: CheckContext | None, spec: Spec, baseline: Kernel | None,
     if baseline is None:
         from stochopt.lower import lower
         baseline = lower(spec, machine)
-    return CheckContext(spec, baseline, machine)
+    return CheckContext(spec, baseline, machine, entry_bytes=ONE_CHECK_BYTES,
+                        value_bytes=ONE_CHECK_BYTES)
 
 
 def check_fits(kernel: Kernel, machine) -> None:
@@ -365,9 +366,7 @@ def _check(cmp, examples, seed, extra_inputs, structured, cuts, start) -> Verdic
         bad = cmp.run(inputs)
         if bad is not None:
             return verdict(Counterexample(bad, inputs, recipes, found_by=kind))
-    steps = min(CLIMB_STEPS, int(CLIMB_SHARE * examples)) if structured else 0
-    targeted = min(TARGET_STEPS, int(TARGET_SHARE * examples))
-    draws = examples - len(fixed) - steps - targeted
+    draws, targeted, steps = _plan(examples, len(fixed), structured)
     if draws > 0 or targeted > 0:
         found = draw_and_target(cmp, cmp.context, draws,
                                 min(targeted, examples - steps - cmp.count), seed, cuts)
@@ -380,6 +379,26 @@ def _check(cmp, examples, seed, extra_inputs, structured, cuts, start) -> Verdic
         if found is not None:
             return verdict(Counterexample(*found, found_by="local search"))
     return verdict(None)
+
+
+def _plan(examples: int, fixed: int, structured: bool) -> tuple[int, int, int]:
+    """(drawn inputs, targeted draws, local search steps) of a check after its ``fixed``
+    given, structured and hunting cases."""
+    steps = min(CLIMB_STEPS, int(CLIMB_SHARE * examples)) if structured else 0
+    targeted = min(TARGET_STEPS, int(TARGET_SHARE * examples))
+    return examples - fixed - steps - targeted, targeted, steps
+
+
+def shared_inputs(context: CheckContext, examples: int, seed: int) -> Iterator[BankInputs]:
+    """The inputs every check of a run (at these examples and seed) tries first, for a
+    kernel cut as the baseline is: the structured and hunting cases, then the draws. A
+    check worker prepares them while it waits for its first candidate."""
+    cuts = kernel_boundaries(context.baseline, context.spec)
+    fixed = _fixed_inputs(context, True, None, cuts)[:examples]
+    yield from (inputs for _, inputs, _ in fixed)
+    draws, _, _ = _plan(examples, len(fixed), True)
+    for recipes in context.drawn(seed, draws) if draws > 0 else ():
+        yield context.recipe_inputs(recipes, cuts)
 
 
 def sha256_text(text: str) -> str:

@@ -42,7 +42,7 @@ def draw_and_target(comparison, context: CheckContext, draws: int, steps: int, s
     ``steps`` targeted ones; (mismatch, inputs, recipes, found_by) for the first failure,
     shrunk, or None. ``comparison`` is check's _Comparison."""
     spec = context.spec
-    for recipes in context.drawn(seed, draws)[:draws] if draws > 0 else []:
+    for recipes in context.drawn(seed, draws) if draws > 0 else []:
         inputs = context.recipe_inputs(recipes, cuts)
         bad = comparison.run(inputs)
         if bad is not None:
