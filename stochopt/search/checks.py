@@ -83,7 +83,7 @@ class Pending:
     check_id: str = field(compare=False)
     chain: int | None = field(compare=False)
     text: str = field(compare=False)
-    seed: int = field(compare=False)
+    seed: int = field(compare=False)  # the chain's; a check worker uses the run's
     event: dict | None = field(compare=False, default=None)  # held until the verdict
     t: float = field(compare=False, default=0.0)             # when it was found
 
@@ -145,7 +145,7 @@ def _check_loop(job: CheckerJob, inbox, outbox, stop, parent) -> None:
             continue
         if item is None:
             return
-        check_id, text, _ = item
+        check_id, text = item
         facts, interrupted, cex = checker.check(text)
         path = None
         if cex is not None:
@@ -226,7 +226,7 @@ class ProcessCheckWorkers:
         return self.procs[index].is_alive()
 
     def send(self, index: int, pending: Pending) -> None:
-        self.inboxes[index].put((pending.check_id, pending.text, pending.seed))
+        self.inboxes[index].put((pending.check_id, pending.text))
 
     def give_way(self, index: int) -> None:
         try:

@@ -81,10 +81,14 @@ ROW_CUTS_ONLY = frozenset({"mixed_rows", "two_clusters", "offset_outlier", "near
 
 def memory_budgets() -> tuple[int, int]:
     """(entry bytes, value bytes) of a context: the defaults, or STOCHOPT_CHECK_MEMORY."""
-    total = os.environ.get("STOCHOPT_CHECK_MEMORY")
-    if total is None:
+    text = os.environ.get("STOCHOPT_CHECK_MEMORY")
+    if text is None:
         return ENTRY_BYTES, VALUE_BYTES
-    total = int(total)
+    if not text.strip().isdigit() or int(text) < 3:
+        from stochopt.errors import StochoptError
+        raise StochoptError(f"STOCHOPT_CHECK_MEMORY must be a number of bytes, got {text!r}",
+                            hint="e.g. STOCHOPT_CHECK_MEMORY=1000000000 for about 1 GB")
+    total = int(text)
     return 2 * total // 3, total // 3
 
 
@@ -414,7 +418,11 @@ def drawn_recipes(spec: Spec, count: int, seed: int) -> list[dict[str, Recipe]]:
             seen.add(key)
             drawn.append(recipes)
 
-    record()
+    try:
+        record()
+    except hypothesis.errors.HypothesisException as e:
+        from stochopt.errors import StochoptError
+        raise StochoptError(f"the input generator failed: {e}") from None
     return drawn
 
 

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from stochopt.backend.node_values import dear_values
+from stochopt.errors import StochoptError
 from stochopt.leir import parse
 from stochopt.verify import check
 from stochopt.verify.bank import (
@@ -15,6 +16,7 @@ from stochopt.verify.bank import (
     CheckContext,
     cuts_read,
     drawn_recipes,
+    memory_budgets,
     recipe_key,
 )
 from stochopt.verify.hunting import HUNT_PATTERNS
@@ -113,6 +115,14 @@ def test_the_entry_budget_holds(masked):
     assert 0 < len(context.entries) < EXAMPLES
     assert context.entry_bytes <= 200_000 or len(context.entries) == 1
     assert context.entry_bytes == sum(e.nbytes for e in context.entries.values())
+
+
+def test_the_memory_budget_is_set_by_one_variable_or_refused_in_one_line(monkeypatch):
+    monkeypatch.setenv("STOCHOPT_CHECK_MEMORY", "3000")
+    assert memory_budgets() == (2000, 1000)
+    monkeypatch.setenv("STOCHOPT_CHECK_MEMORY", "1GB")
+    with pytest.raises(StochoptError, match="STOCHOPT_CHECK_MEMORY must be a number of bytes"):
+        memory_budgets()
 
 
 def test_drawn_recipes_depend_on_the_seed_and_count_alone(masked):
