@@ -71,8 +71,9 @@ DISK_ENTRY_BYTES = 512 << 10
 # every kernel; any other pattern (a hunting pattern, or one added later) keys its
 # tensor by the cuts it was built with
 CUT_FREE = frozenset(FLOAT_PATTERNS + BOOL_PATTERNS)
-# more draws than this are made in blocks, each with its own seed (DRAW_BLOCK_SEED apart)
-DRAW_BLOCK, DRAW_BLOCK_SEED = 500, 1_000_003
+# more draws than this are made in blocks, each with its own seed (DRAW_BLOCK_SEED apart),
+# and as many blocks more as it takes to make up for repeats (a few at most)
+DRAW_BLOCK, DRAW_BLOCK_SEED, DRAW_BLOCKS_MORE = 500, 1_000_003, 4
 # hunting patterns that place values within rows alone (hunting.hunt_tensor): they are
 # built with the cuts of the last axis only, so a kernel that tiles the rows of an input
 # (mla_decode's tiles of positions) shares them with one that does not
@@ -325,13 +326,20 @@ class CheckContext:
 
     # -- drawn recipes -----------------------------------------------------------------
     def drawn(self, seed: int, count: int) -> Iterator[dict[str, Recipe]]:
-        """The recipes hypothesis draws for this seed, ``count`` of them at most
-        (drawn_recipes, made once per run), block by block: a check stopped at its
-        deadline has not waited for draws it would never run."""
-        blocks = max(1, -(-count // DRAW_BLOCK))
-        for block in range(blocks):
-            size = count if blocks == 1 else min(DRAW_BLOCK, count - block * DRAW_BLOCK)
-            yield from self._drawn_block(seed + DRAW_BLOCK_SEED * block, size)
+        """``count`` different recipes hypothesis draws for this seed (drawn_recipes,
+        made once per run), block by block: a check stopped at its deadline has not
+        waited for draws it would never run. A block holds at most DRAW_BLOCK; where
+        its repeats leave it short, the next block (its own seed) makes up the rest."""
+        seen: set[tuple] = set()
+        for block in range(count // DRAW_BLOCK + DRAW_BLOCKS_MORE):
+            size = min(DRAW_BLOCK, count - len(seen))
+            if size <= 0:
+                return
+            for recipes in self._drawn_block(seed + DRAW_BLOCK_SEED * block, size):
+                key = tuple(recipes.items())
+                if key not in seen and len(seen) < count:
+                    seen.add(key)
+                    yield recipes
 
     def _drawn_block(self, seed: int, count: int) -> list[dict[str, Recipe]]:
         key = (seed, count)
