@@ -79,24 +79,27 @@ class NodeValues:
 
     def output(self, kernel: Kernel, key: Hashable, inputs: Inputs,
                exact: bool) -> np.ndarray:
-        """The kernel's output on the input named ``key`` (whose arrays are ``inputs``)."""
-        terms = kernel.terms
+        """The kernel's output on the input named ``key`` (whose arrays are ``inputs``).
+        Name inputs by something cheap to hash (an int): every lookup hashes it."""
+        terms, nodes, output = kernel.terms, kernel.nodes, kernel.output
         keys = [_key(t, exact) for t in terms]
         known: dict[int, np.ndarray] = {}
         needed = [False] * len(terms)
-        needed[kernel.output] = True
-        for i in range(kernel.output, -1, -1):  # what must be computed: needed, not cached
+        needed[output] = True
+        last_use: dict[int, int] = {}  # an operand -> the last node computed from it
+        for i in range(output, -1, -1):  # what must be computed: needed, not cached
             if not needed[i]:
                 continue
             value = self._get((exact, keys[i], key))
             if value is not None:
                 known[i] = value
                 continue
-            for a in kernel.nodes[i].inputs:
+            for a in nodes[i].inputs:
                 needed[a] = True
+                last_use.setdefault(a, i)
         arrays = None
         with np.errstate(all="ignore"):
-            for i, term in enumerate(terms[:kernel.output + 1]):
+            for i, term in enumerate(terms[:output + 1]):
                 if not needed[i] or i in known:
                     continue
                 cache_key = (exact, keys[i], key)
@@ -104,10 +107,13 @@ class NodeValues:
                 if value is None:
                     if term.op == "input" and arrays is None:
                         arrays = inputs() if callable(inputs) else inputs
-                    value = self._compute(term, kernel.nodes[i].args, known, arrays, exact)
+                    value = self._compute(term, nodes[i].args, known, arrays, exact)
                     value = self._put(cache_key, value, term)
                 known[i] = value
-        return known[kernel.output]
+                for a in nodes[i].inputs:  # free what no later node reads
+                    if last_use.get(a) == i and a != output:
+                        known.pop(a, None)
+        return known[output]
 
     @staticmethod
     def _compute(term: Term, args: tuple, known: dict, inputs, exact: bool) -> np.ndarray:
@@ -124,12 +130,13 @@ class NodeValues:
         return value
 
     def _put(self, key: tuple, value: np.ndarray, term: Term | None = None) -> np.ndarray:
-        # a view, so that marking it read-only never touches a caller's input array
-        value = np.asarray(value).view()
-        value.flags.writeable = False
         self.computed += 1
+        value = np.asarray(value)
         if term is not None and not self.admit(term, value):
             return value
+        # a view, so that marking it read-only never touches a caller's input array
+        value = value.view()
+        value.flags.writeable = False
         if key in self.values:
             self._release(self.values.pop(key))
         self.values[key] = value

@@ -179,6 +179,7 @@ class CheckContext:
         self.entry_budget = entry_bytes or default_entries
         self.entries: OrderedDict[Hashable, Entry] = OrderedDict()
         self.entry_bytes = 0
+        self.numbers: dict[Hashable, int] = {}  # input key -> its number in self.values
         self.tensor_keys: dict[int, tuple[weakref.ref, Hashable]] = {}  # id -> array, key
         self._named_at = 1024
         self.draws: dict[tuple[int, int], list[dict[str, Recipe]]] = {}
@@ -311,7 +312,10 @@ class CheckContext:
 
     def output(self, kernel: Kernel, inputs: BankInputs, exact: bool) -> np.ndarray:
         """A kernel's output on this input, from the values the bank shares."""
-        return self.values.output(kernel, inputs.key, inputs.arrays, exact)
+        number = self.numbers.get(inputs.key)
+        if number is None:  # the values are keyed by a number: hashed at every node
+            number = self.numbers[inputs.key] = len(self.numbers)
+        return self.values.output(kernel, number, inputs.arrays, exact)
 
     def nearby_error(self, inputs: BankInputs) -> np.ndarray:
         """The baseline's worst error per row on inputs near this one (check.py)."""
