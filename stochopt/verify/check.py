@@ -64,8 +64,12 @@ class Counterexample:
     recipes: dict[str, Recipe] | None = None
     path: str | None = None  # the .npz the inputs were saved to
     # which inputs found it: "given input", "structured case", "hunting case", "draw",
-    # "local search", or "range analysis" (refused statically, no input shown wrong)
+    # "targeted draw", "local search", or "range analysis" (refused statically, no
+    # input shown wrong)
     found_by: str = ""
+
+    def __post_init__(self) -> None:
+        self.inputs = dict(self.inputs)  # the arrays alone, not the check's context
 
     def describe(self) -> str:
         text = self.mismatch.describe()
