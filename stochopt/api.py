@@ -258,13 +258,27 @@ def verify(kernel: KernelLike, spec: SpecLike | None = None, *, name: str | None
     warnings: list[str] = []
     baseline = baseline_or_none(s, m, warnings)  # None: held to the spec's tolerance alone
     verdict = check(k, s, examples=1 if extra else examples, seed=seed, machine=m,
-                    baseline=baseline or k, extra_inputs=extra, structured=extra is None)
+                    baseline=baseline or k, extra_inputs=extra, structured=extra is None,
+                    context=_run_check_bank(kernel_path, s, baseline or k, m))
     verdict.warnings.extend(warnings + degenerate_warnings(s))
     cex = verdict.counterexample
     # a range refusal holds for every input: there is no input to save
     if cex is not None and counterexample_path is not None and cex.mismatch.check != "range":
         cex.save(counterexample_path)
     return verdict
+
+
+def _run_check_bank(kernel_path, spec, baseline, machine):
+    """For a kernel in a run directory, a check context on the run's check_bank/, which
+    holds what the run's own checks computed (references, the baseline's outputs);
+    else None (check() makes its own)."""
+    from stochopt.rundir import CHECK_BANK, RUN_JSON
+    from stochopt.verify.bank import ONE_CHECK_BYTES, CheckContext
+
+    if kernel_path is None or not (Path(kernel_path).parent / RUN_JSON).is_file():
+        return None
+    return CheckContext(spec, baseline, machine, Path(kernel_path).parent / CHECK_BANK,
+                        entry_bytes=ONE_CHECK_BYTES, value_bytes=ONE_CHECK_BYTES)
 
 
 def optimize(spec: SpecLike | None = None, *, budget: str | float = "10m",

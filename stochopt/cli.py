@@ -291,8 +291,9 @@ def _print_verdict(kernel_path: str, spec, verdict) -> None:
 @click.option("--resume", default=None, type=click.Path(file_okay=False),
               help="Continue a stopped run with the budget it has left.")
 @click.option("--check-workers", default=None, type=click.IntRange(0, 64),
-              help="Processes that run full checks beside the chains (default: one per two "
-              "chains); 0 runs them on the chains' path (reproducible with --chains 1).")
+              help="Workers that run full checks beside the chains (default: one per two "
+              "chains; with --ray, actors on the cluster); 0 runs them on the chains' path "
+              "(reproducible with --chains 1).")
 @click.option("--max-proposals", default=None, type=click.IntRange(min=1))
 @click.option("--max-cost", default=None, type=click.FloatRange(min=0, min_open=True),
               help="Stop when the LLM has cost this many dollars.")

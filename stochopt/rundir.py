@@ -3,7 +3,7 @@ and the writes that keep it safe against kill -9. The search writes it and the r
 reads it; both take the names from here.
 
     run.json  spec.py  baseline.leir  best.leir  best.json  events.jsonl
-    checkpoint.json  counterexamples/  llm/  unproved.leir (when there is one)
+    checkpoint.json  counterexamples/  llm/  check_bank/  unproved.leir (when there is one)
     warm_start.leir, examples.json (when the tuning database gave them)
 
 best.leir only ever holds a proved kernel (or the starting kernel while its own check
@@ -43,6 +43,9 @@ LLM_TRANSCRIPTS = "llm"              # one JSON transcript per LLM request
 # from (run.json's init names it), and the slow -> fast pairs its LLM prompts may show
 WARM_START_LEIR = "warm_start.leir"
 EXAMPLES_JSON = "examples.json"
+# what the full checks computed once per input (verify/bank.py): drawn recipes, each
+# input's reference, magnitudes and baseline output; a cache, safe to delete
+CHECK_BANK = "check_bank"
 
 # What became of a candidate (an event's "outcome"). "unproved": screened, faster than
 # the best, but its full check did not finish before the run ended.

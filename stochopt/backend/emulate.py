@@ -4,7 +4,8 @@ Native mode keeps every value in its dtype: bf16 through ml_dtypes, f32 math in
 float32, matmul accumulating in f32; an op whose machine numerics differ from that (the
 bf16 sum's pairwise tree) says so in its op table entry (``Op.native``). Exact mode runs
 everything in float64 with no rounding, so the verifier can tell wrong math from
-rounding. Nothing is kept between calls.
+rounding. Nothing is kept between calls (node_values.py keeps values for callers that
+emulate many kernels on the same inputs).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import numpy as np
 
 from stochopt.errors import StochoptError
 from stochopt.leir.ir import Kernel
-from stochopt.leir.ops import BF16, OPS
+from stochopt.leir.ops import BF16, MOVEMENT, OPS, SHAPE_OP
 from stochopt.leir.rules import Const
 from stochopt.leir.types import TensorType, native_dtype
 
@@ -107,7 +108,7 @@ def convert_input(name: str, t: TensorType, inputs: Mapping[str, np.ndarray],
     if exact:
         return x.astype(np.float64) if t.dtype in ("f32", "bf16") else x.astype(
             np.bool_ if t.dtype == "bool" else np.int64)
-    return x.astype(native_dtype(t.dtype))
+    return x.astype(native_dtype(t.dtype), copy=False)  # values are never written to
 
 
 def _exact(op: str, args, attrs, dtype: str) -> np.ndarray:
@@ -120,14 +121,21 @@ def _exact(op: str, args, attrs, dtype: str) -> np.ndarray:
 
 
 def _native(op: str, args, attrs, dtype: str) -> np.ndarray:
+    out_dtype = native_dtype(dtype)
+    entry = OPS[op]
+    # an op that only moves or reshapes data never rounds: it runs on bf16 values as
+    # they are (widening them to float32 and rounding back was half of a native
+    # emulation of mla_decode's tiled kernels)
+    if entry.kind in (MOVEMENT, SHAPE_OP) and all(
+            not isinstance(a, np.ndarray) or a.dtype == out_dtype for a in args):
+        return np.asarray(entry.evaluate(args, attrs))
     # bf16 values are computed in float32 and rounded once per op, as the ALU does,
     # unless the op's entry says how the machine computes it (its native numerics)
     widened = [a.astype(np.float32) if isinstance(a, np.ndarray) and a.dtype == BF16 else a
                for a in args]
-    entry = OPS[op]
     out = entry.native(widened, attrs, dtype) if entry.native else entry.evaluate(widened,
                                                                                   attrs)
-    return np.asarray(out).astype(native_dtype(dtype), copy=False)
+    return np.asarray(out).astype(out_dtype, copy=False)
 
 
 def random_inputs(kernel: Kernel, seed: int = 0, low: float = -10.0,

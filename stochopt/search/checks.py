@@ -14,10 +14,18 @@ that could still become the best. A verdict settles the candidate's event:
 
 A starting kernel given with --init is checked the same way, as the slowest
 candidate, so that the search never waits for it (the spec's own lowering is not
-checked: it is the baseline every check compares against). A check gives way (SIGUSR1;
-it is queued again) when no worker is free and a candidate waits that is faster than
-the starting kernel's or 10% faster than the one being checked: a proved faster kernel
+checked: it is the baseline every check compares against). A check gives way (it is
+queued again) when no worker is free and a candidate waits that is faster than the
+starting kernel's or 10% faster than the one being checked: a proved faster kernel
 makes it moot.
+
+Each check worker keeps one CheckContext (stochopt/verify/bank.py) for the run and checks
+every candidate with the run's seed, so the inputs, references, the baseline's outputs
+and magnitudes are computed once per run, not once per check; the contexts of a run's
+workers share what they computed through the run directory's check_bank/. The workers
+are processes on this machine (``ProcessCheckWorkers``) or, with --ray, actors on the
+cluster (stochopt/search/ray_executor.py, ``RayCheckWorkers``): the pool does not know
+which.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from stochopt.rundir import COUNTEREXAMPLES
 START = "start"  # the check id of the starting kernel's own check
 LOWERING = "lowering"  # best.json's "proof" of a start that is the spec's lowering: none
 GIVE_WAY_RATIO = 0.9  # a check gives way to a waiting candidate at least 10% faster
+WARM_STEP_S = 0.2    # an idle worker prepares shared inputs this long between looks
 
 
 @dataclass
@@ -64,6 +73,7 @@ class CheckerJob(WorkerJob):
     """What a check worker needs beyond the run's spec and baseline."""
     examples: int
     deadline: float             # wall-clock time at which every check stops
+    seed: int = 0               # of every check: the run's, so that they share inputs
 
 
 @dataclass(order=True)
@@ -73,7 +83,7 @@ class Pending:
     check_id: str = field(compare=False)
     chain: int | None = field(compare=False)
     text: str = field(compare=False)
-    seed: int = field(compare=False)
+    seed: int = field(compare=False)  # the chain's; a check worker uses the run's
     event: dict | None = field(compare=False, default=None)  # held until the verdict
     t: float = field(compare=False, default=0.0)             # when it was found
 
@@ -117,56 +127,141 @@ class MovableDeadline:
 
 
 def _check_loop(job: CheckerJob, inbox, outbox, stop, parent) -> None:
-    from stochopt.verify.check import check
+    from stochopt.rundir import CHECK_BANK
 
-    machine, spec, baseline = job.load()
-    run_deadline = time.monotonic() + (job.deadline - time.time())
-    deadline = MovableDeadline(run_deadline)
+    checker = Checker(job, Path(job.run_dir) / CHECK_BANK)
 
     def give_way(signum, frame):  # the main process wants this worker for a candidate
-        deadline.at = -math.inf
+        checker.deadline.at = -math.inf
 
     signal.signal(signal.SIGUSR1, give_way)
     while not stop.is_set():
-        try:
-            item = inbox.get(timeout=0.2)
+        try:  # while no candidate waits, prepare the inputs every check will try
+            item = inbox.get(timeout=0.2 if checker.warm else 0.0)
         except queue.Empty:
             if os.getppid() != parent:
                 return
+            checker.warm_up(WARM_STEP_S)
             continue
         if item is None:
             return
-        check_id, text, seed = item
-        deadline.at = run_deadline  # a give-way signal between checks is stale: dropped
-        verdict = check(parse(text, machine), spec, examples=job.examples, seed=seed,
-                        machine=machine, baseline=baseline, deadline=deadline)
+        check_id, text = item
+        facts, interrupted, cex = checker.check(text)
         path = None
-        if verdict.counterexample is not None:
-            path = verdict.counterexample.save(
-                Path(job.run_dir) / COUNTEREXAMPLES / f"check-{check_id}.npz")
+        if cex is not None:
+            path = cex.save(Path(job.run_dir) / COUNTEREXAMPLES / f"check-{check_id}.npz")
+        outbox.put(("verdict", job.index, check_id, facts, interrupted, path))
+
+
+class Checker:
+    """One check worker's state for the run: the machine, spec and baseline, the
+    CheckContext its checks share, and a deadline the pool can bring forward."""
+
+    def __init__(self, job: CheckerJob, bank_directory: Path | None) -> None:
+        from stochopt.verify.bank import CheckContext
+
+        self.job = job
+        self.machine, self.spec, self.baseline = job.load()
+        self.context = CheckContext(self.spec, self.baseline, self.machine, bank_directory)
+        self.run_deadline = time.monotonic() + (job.deadline - time.time())
+        self.deadline = MovableDeadline(self.run_deadline)
+        self._warming: object = True  # True: not begun; an iterator; None: done
+
+    @property
+    def warm(self) -> bool:
+        """Whether every input the run's checks share is prepared."""
+        return self._warming is None
+
+    def warm_up(self, seconds: float) -> None:
+        """Prepare the inputs every check of the run tries (check.shared_inputs: their
+        arrays, references, the baseline's magnitudes and outputs, exact ones included,
+        which a candidate shares where its values meet the baseline's) for about this
+        long, so that the first candidates' checks find them ready."""
+        from stochopt.verify.check import shared_inputs
+
+        if self._warming is None:
+            return
+        if self._warming is True:
+            self._warming = shared_inputs(self.context, self.job.examples, self.job.seed)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            inputs = next(self._warming, None)
+            if inputs is None:
+                self._warming = None
+                return
+            self.context.limits(inputs)
+            self.context.output(self.baseline, inputs, exact=True)
+
+    def check(self, text: str) -> tuple[dict, bool, object]:
+        """(the verdict's facts, whether it was cut short, the counterexample or None)."""
+        from stochopt.verify.check import check
+
+        self.deadline.at = self.run_deadline  # a give-way before this check is stale
+        verdict = check(parse(text, self.machine), self.spec, examples=self.job.examples,
+                        seed=self.job.seed, machine=self.machine, baseline=self.baseline,
+                        deadline=self.deadline, context=self.context)
         facts = verdict.to_json()
         if verdict.counterexample is not None:
             facts["description"] = verdict.counterexample.describe()
-        outbox.put(("verdict", job.index, check_id, facts, verdict.interrupted, path))
+        return facts, verdict.interrupted, verdict.counterexample
 
 
-class CheckPool:
-    """The main process's side: candidates waiting, workers busy, and what to do next."""
+class ProcessCheckWorkers:
+    """Check workers as processes on this machine: an inbox each, verdicts on the
+    run's outbox, SIGUSR1 to give way."""
 
     def __init__(self, ctx, jobs: list[CheckerJob], outbox) -> None:
-        self.waiting: list[Pending] = []            # a heap, fastest first
-        self.running: dict[int, Pending] = {}       # worker index -> its candidate
-        self.started: dict[int, float] = {}         # worker index -> when it began
-        self.longest_check_s = 0.0                  # the slowest check seen so far
-        self.preempted: set[int] = set()            # workers told to drop START
         self.stop = ctx.Event()
         self.inboxes = [ctx.Queue() for _ in jobs]
         self.procs = [ctx.Process(target=check_worker, args=(j, self.inboxes[j.index], outbox,
                                                              self.stop), daemon=True,
                                   name=f"stochopt-check-{j.index}") for j in jobs]
-        self.alive = len(self.procs)
         for p in self.procs:
             p.start()
+
+    def __len__(self) -> int:
+        return len(self.procs)
+
+    def ready(self, index: int) -> bool:
+        return self.procs[index].is_alive()
+
+    def send(self, index: int, pending: Pending) -> None:
+        self.inboxes[index].put((pending.check_id, pending.text))
+
+    def give_way(self, index: int) -> None:
+        try:
+            os.kill(self.procs[index].pid, signal.SIGUSR1)
+        except (ProcessLookupError, TypeError):  # it has exited (or never started)
+            pass
+
+    def poll(self) -> list[int]:
+        """Workers lost since the last poll (a process's own error comes as a message)."""
+        return []
+
+    def close(self, busy) -> None:
+        self.stop.set()
+        for index in busy:  # stop at the next example, not at the deadline
+            self.give_way(index)
+        for q in self.inboxes:
+            q.put(None)
+        for p in self.procs:
+            p.join(timeout=2)
+            if p.is_alive():
+                p.terminate()
+
+
+class CheckPool:
+    """The main process's side: candidates waiting, workers busy, and what to do next.
+    ``workers``: where the checks run (ProcessCheckWorkers by default)."""
+
+    def __init__(self, ctx, jobs: list[CheckerJob], outbox, workers=None) -> None:
+        self.waiting: list[Pending] = []            # a heap, fastest first
+        self.running: dict[int, Pending] = {}       # worker index -> its candidate
+        self.started: dict[int, float] = {}         # worker index -> when it began
+        self.longest_check_s = 0.0                  # the slowest check seen so far
+        self.preempted: set[int] = set()            # workers told to drop START
+        self.workers = workers if workers is not None else \
+            ProcessCheckWorkers(ctx, jobs, outbox)
 
     def add(self, pending: Pending) -> None:
         heapq.heappush(self.waiting, pending)
@@ -186,15 +281,19 @@ class CheckPool:
         if moot:
             self.waiting = [p for p in self.waiting if p.cycles < proved_cycles]
             heapq.heapify(self.waiting)
-        if self.alive:
-            for index in range(len(self.procs)):
-                if index in self.running or not self.waiting or \
-                        not self.procs[index].is_alive():
-                    continue
-                pending = heapq.heappop(self.waiting)
-                self.running[index] = pending
-                self.started[index] = time.time()
-                self.inboxes[index].put((pending.check_id, pending.text, pending.seed))
+        for index in self.workers.poll():  # a worker lost (its node gone): check again
+            lost = self.running.pop(index, None)
+            self.started.pop(index, None)
+            self.preempted.discard(index)
+            if lost is not None:
+                self.add(lost)
+        for index in range(len(self.workers)):
+            if index in self.running or not self.waiting or not self.workers.ready(index):
+                continue
+            pending = heapq.heappop(self.waiting)
+            self.running[index] = pending
+            self.started[index] = time.time()
+            self.workers.send(index, pending)
         return moot
 
     def make_way(self) -> None:
@@ -202,7 +301,7 @@ class CheckPool:
         being checked (or any faster than the starting kernel), that check gives way: it
         is queued again, and is moot if the faster one is proved. The 10% step bounds the
         work thrown away to a few checks per run."""
-        if not self.waiting or len(self.running) < len(self.procs):
+        if not self.waiting or len(self.running) < len(self.workers):
             return
         fastest = self.waiting[0].cycles
         slowest = max((p for i, p in self.running.items() if i not in self.preempted),
@@ -212,13 +311,7 @@ class CheckPool:
         if slowest.check_id == START or fastest <= GIVE_WAY_RATIO * slowest.cycles:
             index = next(i for i, p in self.running.items() if p is slowest)
             self.preempted.add(index)
-            self._give_way(index)
-
-    def _give_way(self, index: int) -> None:
-        try:
-            os.kill(self.procs[index].pid, signal.SIGUSR1)
-        except (ProcessLookupError, TypeError):  # it has exited (or never started)
-            pass
+            self.workers.give_way(index)
 
     def finish(self, worker: int, check_id: str, interrupted: bool) -> Pending | None:
         """The candidate a verdict is about (None for a stale verdict, or for a check that
@@ -242,12 +335,4 @@ class CheckPool:
         return sorted(self.waiting + list(self.running.values()))
 
     def close(self) -> None:
-        self.stop.set()
-        for index in self.running:  # stop at the next example, not at the deadline
-            self._give_way(index)
-        for q in self.inboxes:
-            q.put(None)
-        for p in self.procs:
-            p.join(timeout=2)
-            if p.is_alive():
-                p.terminate()
+        self.workers.close(list(self.running))

@@ -5,6 +5,10 @@ A kernel that passes every screening input and is faster than the best known (th
 while the check runs elsewhere (stochopt/search/checks.py), or the check runs here, on
 the chain's path, when the run has no check workers. ``settle`` and ``refuted`` take the
 verdict; a counterexample joins the chain's screening set and the run directory.
+
+Every full check of a chain draws its inputs with the chain's seed, so the work that
+does not depend on the kernel (verify/bank.py) is done once: a check on the chain's
+path keeps its CheckContext for the run, as a check worker does.
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ from pathlib import Path
 
 from stochopt.leir.ir import Kernel
 from stochopt.leir.render import render
+from stochopt.rundir import CHECK_BANK
 from stochopt.search.values import Proofs
 from stochopt.spec import Spec
+from stochopt.verify.bank import CheckContext
 from stochopt.verify.check import check
 
 
@@ -26,7 +32,7 @@ class Submission:
     check_id: str
     kernel: Kernel
     cycles: int
-    seed: int                    # of the full check: per chain and per check
+    seed: int                    # of the full check: the chain's, for every check
     bar_before: int              # the chain's best before it, restored if it fails
 
 
@@ -48,6 +54,7 @@ class FullChecks:
         self.submissions: list[Submission] = []
         self.deadline: float | None = None   # of a check on the chain's path (monotonic)
         self.recost: Callable[[], None] = lambda: None  # the chain re-costs its current
+        self.context: CheckContext | None = None  # what checks on this path share
 
     def on_correct(self, kernel: Kernel, cycles: int, event: dict):
         """The chain's callback: a new best is proved earlier, submitted, or checked here.
@@ -74,7 +81,7 @@ class FullChecks:
         already and raises its bar to it, so it submits only kernels faster still; a
         failed check lowers the bar back."""
         submission = Submission(f"{self.index}-{self.full_checks}", kernel, cycles,
-                                self.seed * 7919 + self.full_checks, self.best_cycles)
+                                self.seed, self.best_cycles)
         self.full_checks += 1
         self.best_cycles = cycles
         self.improvements += 1
@@ -83,9 +90,13 @@ class FullChecks:
 
     def full_check(self, submission: Submission, deadline: float | None = None):
         """Run the full check here, on the chain's path (a run without check workers)."""
+        if self.context is None:
+            directory = None if self.counterexample_dir is None else \
+                self.counterexample_dir.parent / CHECK_BANK
+            self.context = CheckContext(self.spec, self.baseline, self.machine, directory)
         return check(submission.kernel, self.spec, examples=self.full_examples,
                      seed=submission.seed, machine=self.machine, baseline=self.baseline,
-                     deadline=deadline)
+                     deadline=deadline, context=self.context)
 
     def settle(self, submission: Submission, verdict, event: dict) -> bool:
         """Take the verdict of a full check run on the chain's path; True if proved."""

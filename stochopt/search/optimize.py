@@ -56,8 +56,9 @@ def optimize(spec_path: str | None = None, *, budget: str | float = "10m",
     """Search for a faster kernel for a spec; return what was found (see RunResult).
 
     The budget is wall time from this call to the return, setup and final checks
-    included. ``check_workers`` processes run full checks beside the chains (default:
-    one per two chains, at least one); 0 runs them on the chains' path, which makes a
+    included. ``check_workers`` run full checks beside the chains (default: one per two
+    chains, at least one; processes here, or Ray actors on the cluster with ``ray``);
+    0 runs them on the chains' path, which makes a
     seeded one-chain run reproducible. ``progress`` is called with a stats dict a few
     times a second (the CLI draws it). ``started`` (time.time()) is when the budget's
     clock started: now by default; the CLI passes its process's start. ``settings`` (each
@@ -82,8 +83,9 @@ def optimize(spec_path: str | None = None, *, budget: str | float = "10m",
     most = 64 if ray is None else MAX_RAY_CHAINS
     if not isinstance(chains, int) or isinstance(chains, bool) or not 1 <= chains <= most:
         raise StochoptError(f"chains must be between 1 and {most}, got {chains!r}")
-    if check_workers is None:  # on this machine, beside the driver, also with Ray
-        check_workers = max(1, min(chains // 2, os.cpu_count() or 1))
+    if check_workers is None:  # beside the chains: on this machine, or on the cluster
+        check_workers = max(1, min(chains // 2, 64 if ray is not None else
+                                   os.cpu_count() or 1))
     if not isinstance(check_workers, int) or isinstance(check_workers, bool) or \
             not 0 <= check_workers <= 64:
         raise StochoptError(f"check_workers must be between 0 and 64, got {check_workers!r}")

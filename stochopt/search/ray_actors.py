@@ -14,6 +14,10 @@ neither repeats nor loses an event. Files the chain writes (its own counterexamp
 LLM transcripts) go to a scratch folder on its node and travel to the driver, which
 alone writes the run directory.
 
+``CheckActor``: one check worker of the run's check pool (stochopt/search/checks.py),
+on whichever node Ray placed it, keeping its CheckContext for the run; a
+counterexample's inputs travel back as the .npz's bytes with the verdict.
+
 Ray ships this module by value (stochopt/search/ray_executor.py registers it): it
 imports nothing of stochopt at its top, so a worker loads these classes as it is,
 without a runtime environment, and ``ChainActor.run`` imports stochopt from where the
@@ -26,6 +30,7 @@ import os
 import pickle
 import queue
 import tempfile
+import threading
 import time
 from collections import deque
 from pathlib import Path
@@ -229,6 +234,51 @@ class ChainActor:
             link.put(("error", index, f"{type(e).__name__}: {e}"))
         finally:
             link.put(("done", index))
+
+
+class CheckActor:
+    """One check worker (stochopt/search/checks.py's Checker) on whichever node Ray
+    placed it. It runs two calls at once (max_concurrency=2), so that ``give_way`` can
+    bring forward the deadline of the check ``check`` is running; ``check`` and
+    ``warm_up`` take turns on the check context."""
+
+    def __init__(self, index: int, job_pickle: bytes, spec_text: str,
+                 import_paths: list[str]) -> None:
+        import sys
+        from dataclasses import replace
+        sys.path[:] = [*import_paths, *(p for p in sys.path if p not in import_paths)]
+        _imports_from(Path(import_paths[0]))
+        from threadpoolctl import threadpool_limits
+
+        from stochopt.rundir import SPEC_PY
+        from stochopt.search.checks import Checker
+        threadpool_limits(1)
+        self.scratch = Path(tempfile.mkdtemp(prefix=f"stochopt-check{index}-"))
+        (self.scratch / SPEC_PY).write_text(spec_text)
+        job = replace(pickle.loads(job_pickle), run_dir=str(self.scratch),
+                      spec_path=str(self.scratch / SPEC_PY))
+        self.checker = Checker(job, None)
+        self.turn = threading.Lock()
+
+    def warm_up(self, seconds: float) -> bool:
+        """Prepare shared inputs for about this long (Checker.warm_up); True once all are."""
+        with self.turn:
+            self.checker.warm_up(seconds)
+            return self.checker.warm
+
+    def check(self, check_id: str, text: str) -> tuple[dict, bool, bytes | None]:
+        """(the verdict's facts, whether it was cut short, the counterexample's .npz)."""
+        with self.turn:
+            facts, interrupted, counterexample = self.checker.check(text)
+        data = None
+        if counterexample is not None:
+            path = Path(counterexample.save(self.scratch / f"check-{check_id}.npz"))
+            data = path.read_bytes()
+            path.unlink()
+        return facts, interrupted, data
+
+    def give_way(self) -> None:
+        self.checker.deadline.at = float("-inf")
 
 
 def _imports_from(root: Path) -> None:

@@ -11,6 +11,10 @@ A chain whose node dies is started again elsewhere from the last state it sent (
 state comes with every batch of its events, so no event is repeated or lost), and the
 events say so (``chain_restarted``). When the cluster has no free CPU left, the new
 actor shares one rather than wait for a node that may never come.
+
+The run's check workers are actors on the cluster too (``RayCheckWorkers``), spread
+over its nodes as the chains are: a check worker whose node dies is started again and
+its candidate checked anew.
 """
 
 from __future__ import annotations
@@ -223,6 +227,10 @@ class RayExecutor:
             message = ("refuted", name)
         self.coordinator.send.remote(index, message)
 
+    def check_workers(self, jobs: list) -> RayCheckWorkers:
+        """The check pool's workers as actors on this cluster (after start())."""
+        return RayCheckWorkers(self, jobs)
+
     # -- faults -----------------------------------------------------------------------
     def _watch(self) -> None:
         """Chains whose actor ended: a death (its node went away) restarts the chain
@@ -282,6 +290,116 @@ class RayExecutor:
                 pass
         self.actors.clear()
         self.runs.clear()
+
+
+class RayCheckWorkers:
+    """The check pool's workers (checks.ProcessCheckWorkers's interface) as one
+    CheckActor each, placed like the chains: a CPU of its own where one is free, else a
+    shared one. A verdict is collected when its call returns; a counterexample's bytes
+    are written to the run directory here, by the driver."""
+
+    RESTARTS = 3  # a worker whose actor died this often is given up (it cannot start)
+    WARM_UP_S = 0.5  # an idle actor prepares shared inputs this long per call
+
+    def __init__(self, executor: RayExecutor, jobs: list) -> None:
+        from stochopt.search import ray_actors
+        self.ray, self.outbox, self.run_dir = executor.ray, executor.outbox, executor.run_dir
+        self.spec_text, self.import_paths = executor.spec_text, executor.import_paths
+        self.jobs = jobs
+        self.actor_class = self.ray.remote(ray_actors.CheckActor)
+        self.actors: list = [None] * len(jobs)
+        self.restarts = [0] * len(jobs)
+        self.calls: dict = {}  # the running check()'s ref -> (worker index, check id)
+        self.warming: dict = {}  # a running warm_up()'s ref -> worker index
+        self.warm = [False] * len(jobs)
+        for job in jobs:
+            self._launch(job.index)
+
+    def _launch(self, index: int) -> None:
+        free = self.ray.available_resources().get("CPU", 0) >= 1
+        self.actors[index] = self.actor_class.options(
+            num_cpus=1 if free else 0, max_concurrency=2, max_restarts=0,
+            scheduling_strategy="SPREAD").remote(index, pickle.dumps(self.jobs[index]),
+                                                 self.spec_text, self.import_paths)
+
+    def __len__(self) -> int:
+        return len(self.actors)
+
+    def ready(self, index: int) -> bool:
+        return self.actors[index] is not None
+
+    def send(self, index: int, pending) -> None:
+        ref = self.actors[index].check.remote(pending.check_id, pending.text)
+        self.calls[ref] = (index, pending.check_id)
+
+    def give_way(self, index: int) -> None:
+        if self.actors[index] is not None:
+            self.actors[index].give_way.remote()
+
+    def poll(self) -> list[int]:
+        """Put the verdicts that came on the outbox; the workers lost meanwhile. An idle
+        worker prepares the inputs every check shares (Checker.warm_up), a little at
+        a time."""
+        self._warm_idle()
+        if not self.calls:
+            return []
+        done, _ = self.ray.wait(list(self.calls), num_returns=len(self.calls), timeout=0)
+        lost = []
+        for ref in done:
+            index, check_id = self.calls.pop(ref)
+            try:
+                facts, interrupted, data = self.ray.get(ref)
+            except self.ray.exceptions.RayActorError as e:  # its node went away
+                lost.append(index)
+                self.restarts[index] += 1
+                if self.restarts[index] > self.RESTARTS:
+                    self.actors[index] = None
+                    self.outbox.put(("check_error", index, _first_line(e)))
+                else:
+                    self._launch(index)
+                continue
+            except self.ray.exceptions.RayError as e:  # the check itself failed: say so
+                self.outbox.put(("check_error", index, _first_line(e)))
+                facts, interrupted, data = {"equivalent": False}, True, None
+            path = None
+            if data is not None:
+                from stochopt.rundir import COUNTEREXAMPLES, atomic_write_bytes
+                path = self.run_dir / COUNTEREXAMPLES / f"check-{check_id}.npz"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write_bytes(path, data)
+                path = str(path)
+            self.outbox.put(("verdict", index, check_id, facts, interrupted, path))
+        return lost
+
+    def _warm_idle(self) -> None:
+        if self.warming:
+            done, _ = self.ray.wait(list(self.warming), num_returns=len(self.warming),
+                                    timeout=0)
+            for ref in done:
+                index = self.warming.pop(ref)
+                try:
+                    self.warm[index] = self.ray.get(ref)
+                except self.ray.exceptions.RayError:  # its check call will say why
+                    self.warm[index] = True
+        busy = {index for index, _ in self.calls.values()} | set(self.warming.values())
+        for index, actor in enumerate(self.actors):
+            if actor is not None and not self.warm[index] and index not in busy:
+                self.warming[actor.warm_up.remote(self.WARM_UP_S)] = index
+
+    def close(self, busy) -> None:
+        for index in busy:  # stop at the next example, not at the deadline
+            self.give_way(index)
+        try:
+            if self.calls:
+                self.ray.wait(list(self.calls), num_returns=len(self.calls), timeout=CLOSE_S)
+        except Exception:  # noqa: BLE001 - a cluster going away must not hide the result
+            pass
+        for actor in self.actors:
+            try:
+                if actor is not None:
+                    self.ray.kill(actor)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
 
 
 def _first_line(error: Exception) -> str:

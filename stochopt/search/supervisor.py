@@ -70,16 +70,19 @@ def supervise(rd: Path, run: dict, state: dict, start_text: str, baseline_text: 
             for i in range(run["chains"])]
     executor = make_executor(run.get("ray"))
     # a process that holds a Ray connection must not fork (its gRPC threads do not
-    # survive it): beside Ray, the check workers are spawned
+    # survive it): beside Ray, the queue is a spawn context's
     context = mp.get_context("fork" if run.get("ray") is None else "spawn")
     outbox = context.Queue()  # the check pool's verdicts, and local chains'
     executor.start(jobs, outbox)
     run_state.executor = executor
     if workers:
         examples = run["config"].get("full_examples", 200)
-        run_state.pool = CheckPool(context, [
-            CheckerJob(i, str(rd), str(rd / SPEC_PY), run.get("name"), machine,
-                       baseline_text, examples, deadline) for i in range(workers)], outbox)
+        checker_jobs = [CheckerJob(i, str(rd), str(rd / SPEC_PY), run.get("name"), machine,
+                                   baseline_text, examples, deadline, run["seed"])
+                        for i in range(workers)]
+        # with Ray the check workers are actors on the cluster, where the chains run
+        where = None if run.get("ray") is None else executor.check_workers(checker_jobs)
+        run_state.pool = CheckPool(context, checker_jobs, outbox, where)
         run_state.queue_start_and_pending(start_text)
     stopped = {"signal": None, "why": "budget"}
 

@@ -1,8 +1,10 @@
 """check(kernel, spec) -> Verdict: is a kernel equivalent to its spec?
 
 Structured inputs first (constant rows, extremes, zeros, an outlier, one-hot rows, ties,
-all-false and all-true mask rows), then hypothesis draws; a failure is shrunk by
-hypothesis and reported as the simplest input found, with the worst element.
+all-false and all-true mask rows), then hunting cases, hypothesis's draws for the seed,
+targeted draws and a local search that follow the kernel's errors (targeting.py,
+climb.py); a failure is shrunk and reported as the simplest input found, with the worst
+element. What does not depend on the kernel is computed once per run (bank.py).
 """
 
 from __future__ import annotations
@@ -10,16 +12,14 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from itertools import islice
 from pathlib import Path
 
 import hypothesis
 import ml_dtypes
 import numpy as np
-from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 
 from stochopt.backend.emulate import check_emulation_memory, emulate
 from stochopt.displayable import Displayable
@@ -28,6 +28,7 @@ from stochopt.leir.ir import Kernel
 from stochopt.leir.render import render
 from stochopt.machine import load_machine
 from stochopt.spec import Spec
+from stochopt.verify.bank import ONE_CHECK_BYTES, BankInputs, CheckContext
 from stochopt.verify.climb import climb
 from stochopt.verify.compare import (
     Mismatch,
@@ -46,14 +47,13 @@ from stochopt.verify.ranges import Hazard, range_refusal
 from stochopt.verify.strategies import (
     FAMILY_SHARE,
     Recipe,
-    build_inputs,
     family_recipes,
     hunting_recipes,
-    input_recipes,
     nearby_inputs,
     random_spec_inputs,
     structured_recipes,
 )
+from stochopt.verify.targeting import TARGET_SHARE, TARGET_STEPS, draw_and_target
 from stochopt.verify.tiny import input_resolution, subnormal_inputs
 
 DEFAULT_EXAMPLES = 200
@@ -70,8 +70,12 @@ class Counterexample:
     recipes: dict[str, Recipe] | None = None
     path: str | None = None  # the .npz the inputs were saved to
     # which inputs found it: "given input", "structured case", "hunting case", "draw",
-    # "local search", or "range analysis" (refused statically, no input shown wrong)
+    # "targeted draw", "local search", or "range analysis" (refused statically, no
+    # input shown wrong)
     found_by: str = ""
+
+    def __post_init__(self) -> None:
+        self.inputs = dict(self.inputs)  # the arrays alone, not the check's context
 
     def describe(self) -> str:
         text = self.mismatch.describe()
@@ -162,50 +166,78 @@ def _sig(d) -> str:
 
 
 class _Comparison:
-    """Runs one input through kernel, baseline and reference; keeps the worst errors."""
+    """Runs one input through kernel, baseline and reference; keeps the worst errors.
+    What does not depend on the kernel comes from the check's context (bank.py)."""
 
-    def __init__(self, kernel, spec, baseline, deadline: float | None) -> None:
-        self.kernel, self.spec, self.baseline = kernel, spec, baseline
+    def __init__(self, kernel, context: CheckContext, deadline: float | None) -> None:
+        self.kernel, self.context = kernel, context
+        self.spec, self.baseline = context.spec, context.baseline
         self.deadline = deadline
         self.semantic = 0.0
         self.precision = 0.0
         self.count = 0
-        self.typical_scale = typical_output_scale(spec)
+        self.typical_scale = context.typical_scale
         self.counted = counted_nodes(kernel)
-        # the kernel's native output; coverage.Coverage.native also observes decisions
-        self.native = partial(emulate, kernel)
+        # the kernel's native output where coverage.Coverage.native observes decisions
+        # (None: the context's, from the node values it shares)
+        self.native = None
         self.last_score = 0.0  # the last input's worst error over its limit (inf: failed)
         self.best_score = -1.0  # the largest last_score of a passing input, and the input
-        self.best_inputs: dict[str, np.ndarray] | None = None
+        self.best_inputs: Mapping[str, np.ndarray] | None = None
+        # the passing recipe-made input closest to failing: (score, recipes)
+        self.best_recipes: tuple[float, dict] | None = None
+        self.results: dict = {}  # input key -> (score, mismatch): each input runs once
 
-    def run(self, inputs: dict[str, np.ndarray]) -> Mismatch | None:
+    def has_run(self, key) -> bool:
+        return key in self.results
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> Mismatch | None:
+        inputs = self.context.given_inputs(inputs)
+        done = self.results.get(inputs.key)
+        if done is not None:  # the same input again (a targeted step, a shrink)
+            self.last_score = done[0]
+            return done[1]
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise CheckInterrupted()
         self.count += 1
         self.last_score = float("inf")
-        ref = reference_output(self.spec, inputs)
+        bad = self._judge(inputs)
+        self.results[inputs.key] = (self.last_score, bad)
+        if bad is None and self.last_score > self.best_score:
+            self.best_score, self.best_inputs = self.last_score, inputs
+        recipes = inputs.entry.recipes
+        if bad is None and recipes is not None and (
+                self.best_recipes is None or self.last_score > self.best_recipes[0]):
+            self.best_recipes = (self.last_score, recipes)
+        return bad
+
+    def _judge(self, inputs: BankInputs) -> Mismatch | None:
+        entry = self.context.limits(inputs)
+        ref, size = entry.reference, entry.magnitude
         out_shape = self.kernel.output_type.shape
         if ref.shape != out_shape:
             raise StochoptError(f"the spec returns shape {ref.shape}, the kernel {out_shape}")
-        size = None if self.baseline is None else magnitudes(self.baseline, inputs, ref)
         # counts.py: exact, but counted values in float types as the hardware holds them
-        sem, bad = semantic_error(exact_output(self.kernel, inputs, self.counted), ref,
+        exact = (exact_output(self.kernel, inputs, self.counted) if self.counted
+                 else self.context.output(self.kernel, inputs, exact=True))
+        sem, bad = semantic_error(exact, ref,
                                   self.typical_scale, size)
         self.semantic = max(self.semantic, sem)
         if bad is not None:
             return bad
-        got = self.native(inputs)
-        base = None if self.baseline is None else emulate(self.baseline, inputs)
+        got = (self.native(inputs.arrays()) if self.native is not None
+               else self.context.output(self.kernel, inputs, exact=False))
+        base = entry.baseline_output
         judge = partial(precision_check, got, ref, self.spec.output_dtype, self.spec.rtol,
                         self.spec.atol, base, magnitude=size)
-        prec, bad = judge()
+        prec, bad = judge(allowance=entry.allowance)
         near = 0.0
         if (bad is not None and bad.check == "precision" and base is not None
                 and self.spec.rtol is None and self.spec.atol is None):
             # one input is one sample of rounding luck, for the baseline too (all of a
             # constant input is one value): before refusing, take the baseline's worst
             # error on a few inputs near this one as well
-            near = baseline_error_nearby(self.spec, self.baseline, inputs)
+            near = self.context.nearby_error(inputs)
             prec, bad = judge(baseline_error=near)
         if bad is not None and bad.check == "precision" and subnormal_inputs(self.spec,
                                                                               inputs):
@@ -214,8 +246,6 @@ class _Comparison:
             prec, bad = judge(baseline_error=near, resolution=floor)
         self.precision = max(self.precision, prec)
         self.last_score = prec
-        if bad is None and prec > self.best_score:
-            self.best_score, self.best_inputs = prec, inputs
         return bad
 
 
@@ -250,7 +280,7 @@ def baseline_error_nearby(spec: Spec, baseline: Kernel, inputs: dict[str, np.nda
 
 
 # inputs of a full check spent on the local search over inputs: a share of the
-# examples, at most CLIMB_STEPS
+# examples, at most CLIMB_STEPS (targeting.py: as many again on targeted draws)
 CLIMB_SHARE, CLIMB_STEPS = 0.1, 20
 # inputs tried for a concrete counterexample to a kernel the range analysis refused
 WITNESS_TRIES = 24
@@ -259,22 +289,25 @@ WITNESS_TRIES = 24
 def check(kernel: Kernel, spec: Spec, *, examples: int = DEFAULT_EXAMPLES, seed: int = 0,
           machine=None, baseline: Kernel | None = None,
           extra_inputs: list[dict[str, np.ndarray]] | None = None,
-          structured: bool = True, deadline: float | None = None) -> Verdict:
+          structured: bool = True, deadline: float | None = None,
+          context: CheckContext | None = None) -> Verdict:
     """Full equivalence check: the static range analysis, then the structured and
-    hunting cases, extra inputs, hypothesis draws and a short local search over inputs.
+    hunting cases, extra inputs, the drawn and targeted inputs and a short local search
+    over inputs.
 
-    ``deadline`` (time.monotonic) stops the check early with ``interrupted`` set."""
+    ``deadline`` (time.monotonic) stops the check early with ``interrupted`` set.
+    ``context`` (bank.CheckContext, made for this spec and baseline) keeps what does not
+    depend on the kernel for the next check; the verdict is the same without it."""
     if not isinstance(examples, int) or isinstance(examples, bool) or examples < 1:
         raise StochoptError(f"examples must be a positive integer, got {examples!r}")
     machine = load_machine(machine)
     check_signature(kernel, spec)
     check_emulation_memory(kernel)  # before any input is built
-    if baseline is None:
-        from stochopt.lower import lower
-        baseline = lower(spec, machine)
     start = time.perf_counter()
+    context = _context(context, spec, baseline, machine)
+    baseline = context.baseline
     hazard = range_refusal(kernel, baseline, spec)
-    cmp = _Comparison(kernel, spec, baseline, deadline)
+    cmp = _Comparison(kernel, context, deadline)
     cuts = kernel_boundaries(kernel, spec)
     try:
         if hazard is not None:
@@ -284,6 +317,23 @@ def check(kernel: Kernel, spec: Spec, *, examples: int = DEFAULT_EXAMPLES, seed:
     except CheckInterrupted:
         return Verdict(False, cmp.count, seed, cmp.semantic, cmp.precision, None,
                        time.perf_counter() - start, interrupted=True)
+
+
+def _context(context: CheckContext | None, spec: Spec, baseline: Kernel | None,
+             machine) -> CheckContext:
+    """The context a check runs in: the one given (which must be this spec's and this
+    baseline's), or a new one."""
+    if context is not None:
+        if not context.serves(spec, baseline or context.baseline):
+            raise StochoptError(f"this check context was made for spec "
+                                f"{context.spec.name} and another baseline",
+                                hint="make one CheckContext per spec and baseline")
+        return context
+    if baseline is None:
+        from stochopt.lower import lower
+        baseline = lower(spec, machine)
+    return CheckContext(spec, baseline, machine, entry_bytes=ONE_CHECK_BYTES,
+                        value_bytes=ONE_CHECK_BYTES)
 
 
 def check_fits(kernel: Kernel, machine) -> None:
@@ -298,26 +348,26 @@ def check_fits(kernel: Kernel, machine) -> None:
     cost(kernel, machine)
 
 
-def _fixed_inputs(spec, structured, extra_inputs, cuts, seed: int = 0,
-                  examples: int = 0) -> Iterator[tuple]:
+def _fixed_inputs(context, structured, extra_inputs, cuts, seed: int = 0,
+                  examples: int = 0) -> list:
     """(recipes or None, inputs, kind): the given inputs, then the structured, hunting
-    and family cases (the last a share of the examples), each built when reached."""
-    for x in extra_inputs or []:
-        yield None, x, "given input"
+    and family cases (the last a share of the examples), built by the context on first
+    use."""
+    spec = context.spec
+    given = [(None, x, "given input") for x in extra_inputs or []]
     if not structured:
-        return
+        return given
     cases = ([(r, "structured case") for r in structured_recipes(spec)]
              + [(r, "hunting case") for r in hunting_recipes(spec)]
              + [(r, "family case") for r in family_recipes(spec, seed,
                                                           int(FAMILY_SHARE * examples))])
-    for recipes, kind in cases:
-        yield recipes, build_inputs(spec, recipes, cuts), kind
+    return given + [(r, context.recipe_inputs(r, cuts), kind) for r, kind in cases]
 
 
 def _refused_by_range(cmp, hazard: Hazard, spec, seed, extra_inputs, structured, cuts,
                       start) -> Verdict:
     """Refused without an input; for the user, look a little for one that shows it."""
-    tried = list(islice(_fixed_inputs(spec, structured, extra_inputs, cuts), WITNESS_TRIES))
+    tried = _fixed_inputs(cmp.context, structured, extra_inputs, cuts)[:WITNESS_TRIES]
     found = None
     for recipes, inputs, kind in tried:
         bad = cmp.run(inputs)
@@ -349,27 +399,27 @@ def _check(cmp, examples, seed, extra_inputs, structured, cuts, start) -> Verdic
                        time.perf_counter() - start, coverage=summary,
                        warnings=coverage_warnings(summary) if bad is None else [])
 
-    fixed = 0
-    for recipes, inputs, kind in islice(_fixed_inputs(spec, structured, extra_inputs, cuts,
-                                                      seed, examples),
-                                        max(examples, len(extra_inputs or []))):
-        fixed += 1
+    fixed = _fixed_inputs(cmp.context, structured, extra_inputs, cuts, seed, examples)
+    fixed = fixed[:max(examples, len(extra_inputs or []))]
+    for recipes, inputs, kind in fixed:
         bad = cmp.run(inputs)
         if bad is not None:
             return verdict(Counterexample(bad, inputs, recipes, found_by=kind))
+    done = len(fixed)
     if coverage is not None:
         before = cmp.count
         found = directed_inputs(cmp, coverage, spec, seed, examples)
         if found is not None:
             bad, inputs, how = found
             return verdict(Counterexample(bad, inputs, found_by=how))
-        fixed += cmp.count - before
-    steps = min(CLIMB_STEPS, int(CLIMB_SHARE * examples)) if structured else 0
-    remaining = examples - fixed - steps
-    if remaining > 0:
-        bad = _draw(cmp, spec, remaining, seed, cuts)
-        if bad is not None:
-            return verdict(bad)
+        done += cmp.count - before
+    draws, targeted, steps = _plan(examples, done, structured)
+    if draws > 0 or targeted > 0:
+        found = draw_and_target(cmp, cmp.context, draws,
+                                min(targeted, examples - steps - cmp.count), seed, cuts)
+        if found is not None:
+            bad, inputs, recipes, kind = found
+            return verdict(Counterexample(bad, inputs, recipes, found_by=kind))
     steps = examples - cmp.count if structured else 0
     if steps > 0 and cmp.best_inputs is not None:
         found = climb(cmp, spec, cmp.best_inputs, steps, seed, cuts)
@@ -378,32 +428,24 @@ def _check(cmp, examples, seed, extra_inputs, structured, cuts, start) -> Verdic
     return verdict(None)
 
 
-def _draw(cmp, spec, count: int, seed: int, cuts) -> Counterexample | None:
-    """Hypothesis draws of recipes, steered by target() towards larger errors; the
-    failure found, shrunk to its simplest recipe."""
-    failures: list[Counterexample] = []
+def _plan(examples: int, fixed: int, structured: bool) -> tuple[int, int, int]:
+    """(drawn inputs, targeted draws, local search steps) of a check after its ``fixed``
+    given, structured and hunting cases."""
+    steps = min(CLIMB_STEPS, int(CLIMB_SHARE * examples)) if structured else 0
+    targeted = min(TARGET_STEPS, int(TARGET_SHARE * examples))
+    return examples - fixed - steps - targeted, targeted, steps
 
-    @settings(max_examples=count, database=None, deadline=None, derandomize=False,
-              suppress_health_check=list(HealthCheck), print_blob=False,
-              report_multiple_bugs=False, verbosity=Verbosity.quiet,
-              phases=(Phase.generate, Phase.target, Phase.shrink))
-    @hypothesis.seed(seed)
-    @given(input_recipes(spec))
-    def property_(recipes):
-        inputs = build_inputs(spec, recipes, cuts)
-        bad = cmp.run(inputs)
-        if bad is not None:
-            failures.append(Counterexample(bad, inputs, recipes, found_by="draw"))
-            raise AssertionError(bad.describe())
-        hypothesis.target(float(min(cmp.last_score, 1e6)), label="error over its limit")
 
-    try:
-        property_()
-    except AssertionError:
-        pass
-    except hypothesis.errors.HypothesisException as e:
-        raise StochoptError(f"the input generator failed: {e}") from None
-    return failures[-1] if failures else None
+def shared_inputs(context: CheckContext, examples: int, seed: int) -> Iterator[BankInputs]:
+    """The inputs every check of a run (at these examples and seed) tries first, for a
+    kernel cut as the baseline is: the structured and hunting cases, then the draws. A
+    check worker prepares them while it waits for its first candidate."""
+    cuts = kernel_boundaries(context.baseline, context.spec)
+    fixed = _fixed_inputs(context, True, None, cuts, seed, examples)[:examples]
+    yield from (inputs for _, inputs, _ in fixed)
+    draws, _, _ = _plan(examples, len(fixed), True)
+    for recipes in context.drawn(seed, draws) if draws > 0 else ():
+        yield context.recipe_inputs(recipes, cuts)
 
 
 def sha256_text(text: str) -> str:

