@@ -9,18 +9,27 @@ build one the same way.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from stochopt.leir.ir import Kernel
 from stochopt.leir.parser import parse
 from stochopt.leir.render import render
-from stochopt.search.chain import Candidate, Chain, ChainConfig
+from stochopt.search.chain import (
+    Candidate,
+    Chain,
+    ChainConfig,
+    mark_plan,
+    path_from_json,
+    path_json,
+)
 from stochopt.search.full_checks import FullChecks
 from stochopt.search.objective import Objective
 from stochopt.search.proposers import Bandit, ChainProposer
 from stochopt.search.values import CachedScreening
 from stochopt.spec import Spec
 from stochopt.transform.greedy import descend
+from stochopt.transform.plan import Step
 from stochopt.tuning.transfer import opening_starts
 
 
@@ -44,8 +53,12 @@ class ChainRun:
 
     def __init__(self, index: int, spec: Spec, baseline: Kernel, baseline_cycles: int,
                  start: Kernel, machine, arms: list[str], seed: int,
-                 config: ChainConfig | None = None, llm=None) -> None:
+                 config: ChainConfig | None = None, llm=None,
+                 start_path: Sequence[Step] | None = ()) -> None:
+        """``start_path``: the plan from the run's start kernel to ``start`` (empty when
+        it is the run's start; None: unknown)."""
         config = config or ChainConfig()
+        start_path = None if start_path is None else list(start_path)
         self.index, self.machine, self.config = index, machine, config
         screening = CachedScreening(spec, baseline, machine, config.screening_inputs, seed)
         self.objective = Objective(spec, baseline, baseline_cycles, machine, screening,
@@ -54,9 +67,10 @@ class ChainRun:
         self.proposer.view = self
         self.checks = FullChecks(index, spec, baseline, machine, screening, seed,
                                  config.full_examples, baseline_cycles, render(start))
-        self.chain = Chain(index, start, self.proposer, self.objective,
-                           self.checks.on_correct, random.Random(seed), config.beta)
-        self.checks.recost = lambda: self.chain.set_current(self.chain.current)
+        self.best_path = start_path  # the plan of the best kernel this chain knows
+        self.chain = Chain(index, start, self.proposer, self.objective, self._on_correct,
+                           random.Random(seed), config.beta, start_path)
+        self.checks.recost = self.chain.recost
         self.restarts = Restarts(config.restart_after)
         self.seed = seed
         if config.fixpoint_first and "rewrite" in arms:
@@ -71,16 +85,38 @@ class ChainRun:
         steps taken; None if no rule helps."""
         seed = self.seed if self.config.opening_seed is None else self.config.opening_seed
         # with plans that won on similar specs, the descent also starts from their best
-        # replay (stochopt/tuning/transfer.py); the faster result is proposed
+        # replay (stochopt/tuning/transfer.py); the faster result is proposed, with the
+        # plan from the kernel to it (the replay's steps, then the descent's)
         starts = opening_starts(kernel, self.config.seed_plans, self.index, self.machine,
                                 self.objective.error)
         descents = [descend(start, self.machine, self.objective.error, random.Random(seed),
                             deadline=self.checks.deadline) for start, _ in starts]
         best = min(range(len(starts)), key=lambda i: descents[i].cycles)
+        steps = list(starts[best][1]) + descents[best].plan
         if starts[best][0] is not kernel:
-            return Candidate("rewrite", "transfer", descents[best].kernel)
-        return Candidate("rewrite", "fixpoint", descents[best].kernel) \
+            return Candidate("rewrite", "transfer", descents[best].kernel, steps=steps)
+        return Candidate("rewrite", "fixpoint", descents[best].kernel, steps=steps) \
             if descents[best].steps else None
+
+    def _on_correct(self, kernel: Kernel, cycles: int, event: dict,
+                    path: list[Step] | None) -> tuple[Kernel | None, dict | None]:
+        """The full-check policy, and the path contract: an event that goes to its full
+        check or becomes the best names its plan, and a proved best its path."""
+        best, facts = self.checks.on_correct(kernel, cycles, event)
+        if event["outcome"] in ("checking", "best"):
+            mark_plan(event, path)
+        if best is not None:
+            self.best_path = path
+        return best, facts
+
+    def hear_best(self, text: str, cycles: int, proved: bool,
+                  path: list[Step] | None) -> bool:
+        """The global best as the main process announces it (see FullChecks.hear_best),
+        with its plan; True if taken."""
+        taken = self.checks.hear_best(text, cycles, proved)
+        if taken and proved:
+            self.best_path = path
+        return taken
 
     def step(self) -> tuple[dict, Kernel | None, dict | None]:
         """One proposal of the chain: (event, new best kernel or None, its facts). With
@@ -91,14 +127,20 @@ class ChainRun:
         self.restarts.count(improved=self.checks.improvements != improvements)
         return out
 
-    def restart_from(self, kernel: Kernel) -> None:
-        self.chain.set_current(kernel)
+    def restart_from(self, kernel: Kernel, path: list[Step] | None) -> None:
+        self.chain.set_current(kernel, path)
         self.restarts.since_improvement = 0
 
     # -- what the LLM proposer reads of the chain ---------------------------------------
     @property
     def current(self) -> Kernel:
         return self.chain.current
+
+    @property
+    def current_path(self) -> list[Step] | None:
+        """The plan from the run's start kernel to the current kernel (None: unknown)."""
+        return self.chain.current_path
+
 
     @property
     def screening(self) -> CachedScreening:
@@ -127,7 +169,9 @@ class ChainRun:
                 "since_improvement": self.restarts.since_improvement,
                 "full_checks": self.checks.full_checks,
                 "bandit": self.proposer.bandit.state(), "best_cycles": self.checks.best_cycles,
-                "counterexamples": list(self.checks.saved_inputs)}
+                "counterexamples": list(self.checks.saved_inputs),
+                "current_path": path_json(self.chain.current_path),
+                "best_path": path_json(self.best_path)}
 
     def restore(self, state: dict) -> None:
         self.chain.rng.setstate(_rng_from(state["rng"]))
@@ -140,7 +184,10 @@ class ChainRun:
         self.checks.best_cycles = state["best_cycles"]
         for path in state.get("counterexamples", []):
             self.checks.add_counterexample_file(path)
-        self.chain.set_current(parse(state["current"], self.machine))
+        # a checkpoint written before paths were kept knows none
+        self.best_path = path_from_json(state.get("best_path"))
+        self.chain.set_current(parse(state["current"], self.machine),
+                               path_from_json(state.get("current_path")))
 
 
 def _rng_state(rng: random.Random) -> list:

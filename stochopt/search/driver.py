@@ -26,7 +26,7 @@ from stochopt.errors import StochoptError
 from stochopt.leir.parser import parse
 from stochopt.leir.render import render
 from stochopt.rundir import CHECKPOINT_JSON, COUNTEREXAMPLES, read_json, write_json
-from stochopt.search.chain import ChainConfig
+from stochopt.search.chain import ChainConfig, path_from_json, path_json
 from stochopt.search.chain_run import ChainRun
 from stochopt.search.checks import WorkerJob
 
@@ -51,6 +51,8 @@ class Job(WorkerJob):
     # how often the chain's state goes to the main process: a Ray chain sends it with
     # every batch of events, so that a restart from it neither repeats nor loses one
     state_every_s: float = STATE_S
+    # the plan from the run's start kernel to start_text (plan_to_json; None: unknown)
+    start_path: list | None = field(default_factory=list)
 
 
 def worker(job: Job, outbox, inbox, stop) -> None:
@@ -72,13 +74,14 @@ def _work(job: Job, outbox, inbox, stop, parent, llm_gate=None) -> None:
     machines (see LLMProposer.gate); None: this process's own."""
     machine, spec, baseline = job.load()
     start = parse(job.start_text, machine)
+    start_path = path_from_json(job.start_path)
     llm = None
     if "llm" in job.arms and job.llm:
         from stochopt.search.llm_proposer import LLMProposer
         llm = LLMProposer.from_job(job, spec, machine, stop)
         llm.gate = llm_gate
     run = ChainRun(job.index, spec, baseline, cost(baseline, machine).cycles, start, machine,
-                   job.arms, job.seed, ChainConfig(**job.config), llm)
+                   job.arms, job.seed, ChainConfig(**job.config), llm, start_path)
     run.checks.counterexample_dir = Path(job.run_dir) / COUNTEREXAMPLES
     run.checks.checks_elsewhere = job.checks_in_pool
     if job.state:
@@ -107,9 +110,13 @@ def _work(job: Job, outbox, inbox, stop, parent, llm_gate=None) -> None:
         if best is not None:
             outbox.put(("events", job.index, events))
             events = []
-            outbox.put(("best", job.index, render(best), run.checks.best_cycles, facts))
+            outbox.put(("best", job.index, render(best), run.checks.best_cycles, facts,
+                        path_json(run.best_path)))
         if run.restarts.due:  # no new best for a while: back to the global best
-            run.restart_from(parse(global_best, machine) if global_best else run.current)
+            if global_best is None:
+                run.restart_from(run.current, run.current_path)
+            else:
+                run.restart_from(parse(global_best[0], machine), path_from_json(global_best[1]))
             event["restarted_from_best"] = True
         now = time.time()
         if now - last_flush > FLUSH_S:
@@ -126,15 +133,16 @@ def _work(job: Job, outbox, inbox, stop, parent, llm_gate=None) -> None:
     outbox.put(("state", job.index, run.state()))
 
 
-def _hear(run: ChainRun, inbox, global_best: str | None) -> str | None:
-    """Take what the main process said since the last step; the restart point."""
+def _hear(run: ChainRun, inbox, global_best: tuple | None) -> tuple | None:
+    """Take what the main process said since the last step; the restart point (its text
+    and its plan as JSON, or None)."""
     try:
         while True:
             message = inbox.get_nowait()
             if message[0] == "best":
-                _, text, cycles, proved = message
-                if run.checks.hear_best(text, cycles, proved):
-                    global_best = text
+                _, text, cycles, proved, plan = message
+                if run.hear_best(text, cycles, proved, path_from_json(plan)):
+                    global_best = (text, plan)
             elif message[0] == "refuted":
                 run.checks.refuted(message[1])
     except queue.Empty:

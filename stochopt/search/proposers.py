@@ -17,9 +17,24 @@ from stochopt.errors import ConstraintError, ParseError, StochoptError
 from stochopt.leir.ir import Kernel
 from stochopt.search.chain import Candidate
 from stochopt.transform.mutate import propose_mutation
-from stochopt.transform.rewrite import propose_rewrite
+from stochopt.transform.plan import Step, propose_step
 
-BUILTIN = {"mutate": propose_mutation, "rewrite": propose_rewrite}
+# a builtin arm: (kernel, rng, machine, weights) -> (move, kernel or None where it does
+# not apply, the plan from the kernel to it or None where it is no plan)
+Drawn = tuple[str, Kernel | None, list[Step] | None]
+
+
+def _mutate(kernel: Kernel, rng: random.Random, machine, weights) -> Drawn:
+    move, out = propose_mutation(kernel, rng, machine, weights)
+    return move, out, None  # a blind move: no plan reaches it
+
+
+def _rewrite(kernel: Kernel, rng: random.Random, machine, weights) -> Drawn:
+    step, out = propose_step(kernel, rng, machine, weights)
+    return ("none", None, None) if step is None else (step.rule, out, [step])
+
+
+BUILTIN: dict[str, Callable[..., Drawn]] = {"mutate": _mutate, "rewrite": _rewrite}
 NAMES = ("mixed", "mutate", "rewrite", "llm")
 
 
@@ -111,14 +126,14 @@ class ChainProposer:
             arm = "mutate"  # no reply ready yet: keep the chain busy meanwhile
         for attempt in range(16):  # a move that does not apply here is redrawn
             try:
-                move, proposed = BUILTIN[arm](kernel, rng, self.machine, self.weights)
+                move, proposed, steps = BUILTIN[arm](kernel, rng, self.machine, self.weights)
             except ParseError as e:
                 return Candidate(arm, getattr(e, "move", "?"), error=str(e),
                                  outcome="parse_error")
             except ConstraintError as e:
                 return Candidate(arm, getattr(e, "move", "?"), error=str(e), outcome="invalid")
             if proposed is not None:
-                return Candidate(arm, move, proposed)
+                return Candidate(arm, move, proposed, steps=steps)
             if attempt >= 3:
                 arm = "mutate"  # nothing of this proposer applies to the current kernel
         return Candidate(arm, "none", error="no move applies", outcome="invalid")

@@ -66,7 +66,8 @@ def supervise(rd: Path, run: dict, state: dict, start_text: str, baseline_text: 
         config["opening_seed"] = run["seed"]
     jobs = [Job(i, str(rd), str(rd / SPEC_PY), run.get("name"), machine, baseline_text,
                 start_text, run["seed"] * 1000 + i, run["arms"], config, t0, deadline,
-                quota[i], previous.get(i), llm, checks_in_pool=workers > 0)
+                quota[i], previous.get(i), llm, checks_in_pool=workers > 0,
+                start_path=run_state.proved_plan)
             for i in range(run["chains"])]
     executor = make_executor(run.get("ray"))
     # a process that holds a Ray connection must not fork (its gRPC threads do not
@@ -163,6 +164,9 @@ class _RunState:
         proved = best.get("verdict") is not None or best.get("proof") == LOWERING
         self.proved_cycles: float = best["cycles"] if proved else math.inf
         self.proved_text = (rd / BEST_LEIR).read_text()
+        # the best's plan from the run's start (None: unknown, or a run directory older
+        # than plans); a resumed run's chains start from best.leir, hence from it
+        self.proved_plan: list | None = best.get("plan")
         self.start_cycles = best["cycles"]
         self.announced: tuple[int, str] | None = None
         self.unproved: list[dict] = []   # candidates whose check was cut by the deadline
@@ -200,16 +204,17 @@ class _RunState:
     def _announce(self) -> None:
         """Tell every chain the best to beat: the fastest kernel proved or waiting (which
         may be slower than the last one announced, when that one was refuted)."""
-        targets = [(self.proved_cycles, self.proved_text, True)]
+        targets = [(self.proved_cycles, self.proved_text, True, self.proved_plan)]
         fastest = self.pool.fastest() if self.pool is not None else None
         if fastest is not None:
-            targets.append((fastest.cycles, fastest.text, False))
+            plan = [] if fastest.event is None else fastest.event.get("plan")
+            targets.append((fastest.cycles, fastest.text, False, plan))
         target = min(targets, key=lambda target: target[0])
         if target[0] == math.inf:
             return
         if self.announced != target[:2]:
             self.announced = target[:2]
-            self.executor.send(None, ("best", target[1], target[0], target[2]))
+            self.executor.send(None, ("best", target[1], target[0], target[2], target[3]))
 
     # -- messages ---------------------------------------------------------------------
     def take(self, message: tuple) -> None:
@@ -224,8 +229,8 @@ class _RunState:
         elif kind == "verdict":
             self._verdict(*message[1:])
         elif kind == "best":  # proved on the chain's path, or proved earlier
-            _, chain, text, cycles, facts = message
-            self._proved(text, cycles, facts, chain)
+            _, chain, text, cycles, facts, plan = message
+            self._proved(text, cycles, facts, chain, plan=plan)
             if self.pool is not None:
                 self._announce()
         elif kind == "state":
@@ -255,7 +260,8 @@ class _RunState:
             pending.event.update(outcome="best", proved_earlier=facts["value_graph"])
             pending.event.pop("check", None)
             self._log(pending.event)
-            self._proved(pending.text, pending.cycles, facts, pending.chain, pending.t)
+            self._proved(pending.text, pending.cycles, facts, pending.chain, pending.t,
+                         pending.event.get("plan"))
             self._announce()
             return
         self.pool.add(pending)
@@ -272,7 +278,8 @@ class _RunState:
             pending.event["outcome"] = "best"
             self._log(pending.event)
             facts = self.proofs.record(parse(pending.text, self.machine), facts)
-            self._proved(pending.text, pending.cycles, facts, pending.chain, pending.t)
+            self._proved(pending.text, pending.cycles, facts, pending.chain, pending.t,
+                         pending.event.get("plan"))
         elif interrupted:
             self._cut(pending)
         else:
@@ -293,24 +300,24 @@ class _RunState:
                           else "this is a lowering bug: please report it")
         elif self.proved_cycles == math.inf:
             _write_best(self.rd, parse(pending.text, self.machine), self.spec, facts,
-                        self.machine, "start")
+                        self.machine, "start", plan=[])
             self.proved_cycles = pending.cycles
             self.tuning.best(self.rd)
 
     def _proved(self, text: str, cycles: int, facts: dict, chain: int,
-                t: float | None = None) -> None:
+                t: float | None = None, plan: list | None = None) -> None:
         from stochopt.search.optimize import _write_best
         if cycles >= self.proved_cycles:
             return
         t = self.stats.elapsed() if t is None else t
         _write_best(self.rd, parse(text, self.machine), self.spec, facts, self.machine,
-                    "search", t, chain)
+                    "search", t, chain, plan=plan)
         self.tuning.best(self.rd)
-        self.proved_cycles, self.proved_text = cycles, text
+        self.proved_cycles, self.proved_text, self.proved_plan = cycles, text, plan
         self.stats.best_cycles = cycles
-        self.stats.keep_best(text, cycles, facts, chain)
+        self.stats.keep_best(text, cycles, facts, chain, plan)
         if self.pool is None:
-            self.executor.send(None, ("best", text, cycles, True))
+            self.executor.send(None, ("best", text, cycles, True, plan))
 
     def _settle(self, pending: Pending, outcome: str, error: str | None,
                 counterexample: bool = False) -> None:

@@ -173,11 +173,11 @@ def every_step(kernel: Kernel, machine, rng: random.Random | None = None,
                 yield Step(rule.name, index, option), out
 
 
-def random_step(kernel: Kernel, rng: random.Random, machine,
-                weights: Mapping[str, float] | None = None, rules: Sequence[Rule] = RULES
-                ) -> Step | None:
-    """A rule drawn by weight among those that apply here, a site and an option drawn
-    uniformly: the rewrite proposer's draw, as a step (None: no rule applies)."""
+def _draw(kernel: Kernel, rng: random.Random, machine, weights: Mapping[str, float] | None,
+          rules: Sequence[Rule]) -> tuple[Rule, Any, Step] | None:
+    """The rewrite proposer's draw: a rule by weight among those that apply, a site and
+    an option uniformly. (rule, site, step); the step's option is None where the rule
+    has no option to take here. None: no rule applies."""
     applicable = [(r, s) for r in rules for s in [r.find(kernel)] if s]
     if not applicable:
         return None
@@ -185,9 +185,40 @@ def random_step(kernel: Kernel, rng: random.Random, machine,
                                   [r.weight for r, _ in applicable], weights)
     index = rng.randrange(len(sites))
     if rule.options is None:
-        return Step(rule.name, index)
+        return rule, sites[index], Step(rule.name, index)
     options = rule.options(kernel, sites[index], machine)
-    return Step(rule.name, index, rng.choice(options)) if options else None
+    return rule, sites[index], Step(rule.name, index, rng.choice(options) if options else None)
+
+
+def random_step(kernel: Kernel, rng: random.Random, machine,
+                weights: Mapping[str, float] | None = None, rules: Sequence[Rule] = RULES
+                ) -> Step | None:
+    """A rule drawn by weight among those that apply here, a site and an option drawn
+    uniformly: the rewrite proposer's draw, as a step (None: no rule applies)."""
+    drawn = _draw(kernel, rng, machine, weights, rules)
+    if drawn is None:
+        return None
+    rule, _, step = drawn
+    return None if rule.options is not None and step.option is None else step
+
+
+def propose_step(kernel: Kernel, rng: random.Random, machine,
+                 weights: Mapping[str, float] | None = None, rules: Sequence[Rule] = RULES
+                 ) -> tuple[Step | None, Kernel | None]:
+    """The rewrite proposer: a random step (random_step's draw) and the kernel it makes
+    (None where the rule declines; StochoptError, its ``move`` the rule, where it
+    refuses). (None, None) when no rule applies."""
+    drawn = _draw(kernel, rng, machine, weights, rules)
+    if drawn is None:
+        return None, None
+    rule, site, step = drawn
+    if rule.options is not None and step.option is None:
+        return step, None  # no option to take at this site: the rule declines
+    try:
+        return step, _apply(rule, kernel, site, step.option, machine)
+    except StochoptError as e:
+        e.move = rule.name
+        raise
 
 
 # -- the menu: what applies to a kernel now, numbered ----------------------------------

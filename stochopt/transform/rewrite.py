@@ -35,7 +35,6 @@ from stochopt.transform.pattern import PatternMatcher, Rule
 from stochopt.transform.reduce_tiling import tile_reduction, where_tile_reduction
 from stochopt.transform.schedule import schedule
 from stochopt.transform.tiling import tile_output, where_tile_output
-from stochopt.transform.weights import weighted_choice
 
 MATCHER = PatternMatcher(MOVEMENT + DTYPES + ARITHMETIC)
 LOCAL = MATCHER.rules()
@@ -260,14 +259,9 @@ def rewrites(kernel: Kernel, machine, rng: random.Random | None = None
 
 def propose_rewrite(kernel: Kernel, rng: random.Random, machine,
                     weights: Mapping[str, float] | None = None) -> tuple[str, Kernel | None]:
-    """Apply a random rule (drawn by weight among those that apply) at a random place."""
-    applicable = [(r, s) for r in RULES for s in [r.find(kernel)] if s]
-    if not applicable:
-        return "none", None
-    r, sites = weighted_choice(rng, applicable, [r.name for r, _ in applicable],
-                               [r.weight for r, _ in applicable], weights)
-    try:
-        return r.name, r.apply(kernel, rng.choice(sites), machine, rng)
-    except StochoptError as e:
-        e.move = r.name
-        raise
+    """Apply a random rule (drawn by weight among those that apply) at a random place:
+    (its name, the kernel, or None where it declines). The draw is plan.propose_step's,
+    which also names the step."""
+    from stochopt.transform.plan import propose_step  # plan.py reads RULES from here
+    step, out = propose_step(kernel, rng, machine, weights)
+    return ("none", None) if step is None else (step.rule, out)
