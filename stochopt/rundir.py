@@ -25,8 +25,9 @@ from stochopt.errors import StochoptError
 # -- the schema ---------------------------------------------------------------------------
 # the run's settings (spec, spec_path, name, machine, machine_name, budget_s, proposer,
 # arms, chains, check_workers, seed, init, max_proposals, max_cost, config, llm, started,
-# versions, host, settings, ray, tuning: the tuning database's part, docs/database.md)
-# and, once set up, roofline_cycles, baseline_cycles and bound_cycles
+# versions, host, settings, ray, tuning: the tuning database's part, docs/database.md;
+# betas: each chain's beta on the tempering ladder) and, once set up, roofline_cycles,
+# baseline_cycles and bound_cycles
 RUN_JSON = "run.json"
 SPEC_PY = "spec.py"                  # a copy of the spec, so the run resumes without it
 BASELINE_LEIR = "baseline.leir"      # the spec's lowering: what speedups are measured from

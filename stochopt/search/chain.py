@@ -27,6 +27,7 @@ from typing import Protocol
 
 from stochopt.errors import StochoptError
 from stochopt.leir.ir import Kernel
+from stochopt.search.tempering import check_tempering
 from stochopt.transform.plan import Step, plan_from_json, plan_to_json
 
 # a path longer than this is dropped (unknown): replaying it would cost more than it tells
@@ -36,6 +37,11 @@ MAX_PATH_STEPS = 500
 @dataclass
 class ChainConfig:
     beta: float = 30.0           # inverse temperature: 5% slower is accepted ~23% of the time
+    # tempering (stochopt/search/tempering.py): the last chain's beta, the chains between
+    # on a geometric ladder from beta (10: 10% slower is accepted 38% of the time)
+    hottest_beta: float = 10.0
+    exchange_s: float = 1.0      # how often each chain offers its state for an exchange
+    restart_best_share: float = 0.5  # restarts that go to the best, not another chain
     lam: float = 1.0             # weight of performance against correctness
     restart_after: int = 3000    # proposals without a new chain best before a restart
     full_examples: int = 200     # examples of the full check before a kernel becomes best
@@ -53,6 +59,22 @@ class ChainConfig:
     # plans (plan_to_json) that won on similar specs, replayed on the start kernel before
     # the descent by every other chain (stochopt/tuning/transfer.py)
     seed_plans: list[list] = field(default_factory=list)
+    # the lookahead arm's beam (stochopt/transform/lookahead.py): plans of up to
+    # lookahead_depth steps, lookahead_beam kernels kept per depth, lookahead_width
+    # steps drawn from each
+    lookahead_depth: int = 3
+    lookahead_beam: int = 3
+    lookahead_width: int = 8
+
+
+def check_search_config(config: ChainConfig) -> None:
+    """A clear error for a ladder or a lookahead the search cannot run."""
+    check_tempering(config.beta, config.hottest_beta, config.exchange_s,
+                    config.restart_best_share)
+    for name in ("lookahead_depth", "lookahead_beam", "lookahead_width"):
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 64:
+            raise StochoptError(f"{name} must be an integer from 1 to 64, got {value!r}")
 
 
 @dataclass
@@ -72,6 +94,7 @@ class Candidate:
     # the plan from the chain's current kernel to this candidate (a rewrite's one step, a
     # compound move's steps): the chain makes ``path`` of it as current_path + steps
     steps: list[Step] | None = None
+    units: float = 1.0           # the bandit's charge: the kernels it made (LLM: latency)
 
 
 class Proposer(Protocol):

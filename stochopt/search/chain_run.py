@@ -63,7 +63,9 @@ class ChainRun:
         screening = CachedScreening(spec, baseline, machine, config.screening_inputs, seed)
         self.objective = Objective(spec, baseline, baseline_cycles, machine, screening,
                                    config.lam)
-        self.proposer = ChainProposer(arms, machine, config.move_weights, llm)
+        self.proposer = ChainProposer(arms, machine, config.move_weights, llm, {
+            "depth": config.lookahead_depth, "beam": config.lookahead_beam,
+            "width": config.lookahead_width})
         self.proposer.view = self
         self.checks = FullChecks(index, spec, baseline, machine, screening, seed,
                                  config.full_examples, baseline_cycles, render(start))
@@ -126,6 +128,12 @@ class ChainRun:
         out = self.chain.step()
         self.restarts.count(improved=self.checks.improvements != improvements)
         return out
+
+    def report(self) -> dict:
+        """The chain's state as the ladder's exchanges and restarts read it."""
+        chain = self.chain
+        return {"text": render(chain.current), "plan": path_json(chain.current_path),
+                "cost": chain.current_cost, "cycles": chain.current_cycles}
 
     def restart_from(self, kernel: Kernel, path: list[Step] | None) -> None:
         self.chain.set_current(kernel, path)

@@ -29,11 +29,12 @@ from stochopt.rundir import (
     read_json,
     write_json,
 )
-from stochopt.search.chain import ChainConfig
+from stochopt.search.chain import ChainConfig, check_search_config
 from stochopt.search.checks import LOWERING
 from stochopt.search.driver import RunResult, load_checkpoint, save_checkpoint
 from stochopt.search.proposers import check_proposer
 from stochopt.search.supervisor import supervise
+from stochopt.search.tempering import beta_ladder
 from stochopt.spec import load_spec
 from stochopt.transform.weights import check_move_weights
 from stochopt.tuning.runs import prepare as prepare_tuning
@@ -97,6 +98,7 @@ def optimize(spec_path: str | None = None, *, budget: str | float = "10m",
     arms = check_proposer(proposer, llm_available=llm is not None)
     config = config or ChainConfig()
     config.move_weights = check_move_weights(config.move_weights)
+    check_search_config(config)
     m = load_machine(machine)
     spec = load_spec(spec_path, name)
     # the run directory comes first, before the slow setup: a run killed at any moment
@@ -110,6 +112,7 @@ def optimize(spec_path: str | None = None, *, budget: str | float = "10m",
            "check_workers": check_workers, "seed": seed,
            "init": str(Path(init).resolve()) if init else None,
            "max_proposals": max_proposals, "max_cost": max_cost, "config": vars(config),
+           "betas": beta_ladder(config.beta, config.hottest_beta, chains),
            "llm": _public_llm(llm), "roofline_cycles": None, "baseline_cycles": None,
            "bound_cycles": None, "started": started, "versions": _versions(),
            "host": platform.node(), "settings": settings, "ray": ray}

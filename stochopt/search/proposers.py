@@ -1,10 +1,15 @@
 """Proposers share one interface: ``propose(kernel, rng, machine) -> (move, kernel | None)``.
 
-``mixed`` is a bandit that shares proposals among the others by improvement per cost
-unit spent on them, never starving any of them. A builtin proposal costs one unit, so a
-seeded run is reproducible; an LLM proposal costs the builtin proposals its latency
-could have paid for. ``ChainProposer`` is the chain's transform: it draws an arm, asks it
-for a candidate and feeds the chain's verdict back to the bandit and the LLM.
+The builtin arms: ``mutate`` (blind moves), ``rewrite`` (one rule at one site),
+``compound`` (a short plan of rules judged at its end, stochopt/transform/compound.py)
+and ``lookahead`` (the best end of a beam over plans by the cost model alone,
+stochopt/transform/lookahead.py). ``mixed`` is a bandit that shares the chain's work
+among them (and the LLM) by improvement per cost unit spent on each, never starving any
+of them. A builtin proposal costs the kernels it made: one for mutate and rewrite, one
+per kernel costed for lookahead (counts, so a seeded run is reproducible); an LLM
+proposal costs the builtin proposals its latency could have paid for.
+``ChainProposer`` is the chain's transform: it draws an arm, asks it for a candidate and
+feeds the chain's verdict back to the bandit and the LLM.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from dataclasses import dataclass, field
 from stochopt.errors import ConstraintError, ParseError, StochoptError
 from stochopt.leir.ir import Kernel
 from stochopt.search.chain import Candidate
+from stochopt.transform.compound import propose_compound
+from stochopt.transform.lookahead import Lookahead
 from stochopt.transform.mutate import propose_mutation
 from stochopt.transform.plan import Step, propose_step
 
@@ -34,8 +41,11 @@ def _rewrite(kernel: Kernel, rng: random.Random, machine, weights) -> Drawn:
     return ("none", None, None) if step is None else (step.rule, out, [step])
 
 
-BUILTIN: dict[str, Callable[..., Drawn]] = {"mutate": _mutate, "rewrite": _rewrite}
-NAMES = ("mixed", "mutate", "rewrite", "llm")
+BUILTIN: dict[str, Callable[..., Drawn]] = {"mutate": _mutate, "rewrite": _rewrite,
+                                            "compound": propose_compound}
+NAMES = ("mixed", "mutate", "rewrite", "compound", "lookahead", "llm")
+MIXED = ("mutate", "rewrite", "compound", "lookahead")  # the builtin arms of mixed
+WRONG_KEPT = 10_000  # value keys of refuted rule-made kernels the lookahead avoids
 
 
 @dataclass
@@ -43,11 +53,19 @@ class Arm:
     proposals: int = 0
     units: float = 0.0         # cost units spent (decayed): one per builtin proposal
     improvement: float = 0.0   # decrease in the chain's cost it brought (decayed)
+    spent: float = 0.0         # cost units spent in all (not decayed): units per proposal
+
+    def units_per_proposal(self) -> float:
+        return self.spent / self.proposals if self.proposals and self.spent else 1.0
 
 
 @dataclass
 class Bandit:
-    """Improvement per cost unit, with a floor so every arm keeps being tried."""
+    """Improvement per cost unit, with a floor so every arm keeps being tried. The
+    shares are shares of the chain's work: an arm whose proposals cost many units (a
+    lookahead costs every kernel it made) is drawn that many times less often, so its
+    floor and its share bound the work it takes from the others. The LLM's units are
+    its latency, spent on a server, not on the chain: its draws are not scaled."""
     arms: dict[str, Arm] = field(default_factory=dict)
     floor: float = 0.1
 
@@ -56,7 +74,9 @@ class Bandit:
         scores = [(self.arms[n].improvement + 0.01) / (self.arms[n].units + 1.0)
                   for n in names]
         total = sum(scores)
-        weights = [self.floor / len(names) + (1 - self.floor) * s / total for s in scores]
+        weights = [(self.floor / len(names) + (1 - self.floor) * s / total) /
+                   (1.0 if n == "llm" else self.arms[n].units_per_proposal())
+                   for n, s in zip(names, scores, strict=True)]
         return rng.choices(names, weights)[0]
 
     decay: float = 0.999  # recent proposals weigh more: what helped early may be spent
@@ -68,6 +88,7 @@ class Bandit:
         arm = self.arms.setdefault(name, Arm())
         arm.proposals += 1
         arm.units += units
+        arm.spent += units
         arm.improvement += max(0.0, improvement)
 
     def state(self) -> dict:
@@ -88,7 +109,7 @@ def check_proposer(name: str, llm_available: bool) -> list[str]:
         raise StochoptError("--proposer llm needs a model",
                             hint="pass --model NAME (and --base-url URL for a local server)")
     if name == "mixed":
-        return ["mutate", "rewrite"] + (["llm"] if llm_available else [])
+        return list(MIXED) + (["llm"] if llm_available else [])
     return [name]
 
 
@@ -96,9 +117,12 @@ class ChainProposer:
     """The chain's transform: an arm drawn by the bandit (or the only one) proposes."""
 
     def __init__(self, arms: list[str], machine, move_weights: dict[str, float] | None = None,
-                 llm=None) -> None:
+                 llm=None, lookahead: dict | None = None) -> None:
+        """``lookahead``: the Lookahead's depth, beam and width (its defaults if None)."""
         self.arms, self.machine, self.llm = arms, machine, llm
         self.weights = move_weights or None
+        self.lookahead = Lookahead(machine, weights=self.weights, **(lookahead or {})) \
+            if "lookahead" in arms else None
         self.bandit = Bandit()
         for a in arms:
             self.bandit.arms.setdefault(a, Arm())
@@ -124,6 +148,8 @@ class ChainProposer:
                 return Candidate("llm", "no_reply", error="the run stopped before a reply "
                                  "came", outcome="invalid")
             arm = "mutate"  # no reply ready yet: keep the chain busy meanwhile
+        if arm == "lookahead":
+            return self._lookahead(kernel, rng)
         for attempt in range(16):  # a move that does not apply here is redrawn
             try:
                 move, proposed, steps = BUILTIN[arm](kernel, rng, self.machine, self.weights)
@@ -138,11 +164,30 @@ class ChainProposer:
                 arm = "mutate"  # nothing of this proposer applies to the current kernel
         return Candidate(arm, "none", error="no move applies", outcome="invalid")
 
+    def _lookahead(self, kernel: Kernel, rng: random.Random) -> Candidate:
+        """The best end point of a beam over plans from the kernel, by cycles alone; it
+        costs the bandit one unit per kernel it made."""
+        found = self.lookahead.search(kernel, rng)
+        units = float(max(1, found.made))
+        if found.kernel is None:
+            return Candidate("lookahead", "none", error="every end point the lookahead "
+                             "reaches from here was proposed already", outcome="invalid",
+                             units=units)
+        move = "+".join(s.rule for s in found.steps)
+        return Candidate("lookahead", move, found.kernel, steps=found.steps, units=units)
+
     def feedback(self, cand: Candidate, event: dict, improvement: float) -> None:
-        """The chain's verdict: into the LLM's next prompt and the bandit's scores."""
+        """The chain's verdict: into the LLM's next prompt, the lookahead's knowledge of
+        wrong values and the bandit's scores."""
         if cand.proposer == "llm" and self.llm is not None:
             self.llm.record(event, cand)  # outcomes and counterexamples feed the next prompt
+        if self.lookahead is not None and event["outcome"] == "wrong" and \
+                cand.steps is not None and cand.kernel is not None:
+            wrong = self.lookahead.wrong_values  # a screening verdict is one of values
+            if len(wrong) >= WRONG_KEPT:
+                wrong.clear()
+            wrong.add(cand.kernel.native_key)
         if cand is self.opened:  # not the bandit's draw: its gain would skew the shares
             return
-        units = 1.0 if cand.proposer != "llm" else max(1.0, 200 * cand.latency_s)
+        units = cand.units if cand.proposer != "llm" else max(1.0, 200 * cand.latency_s)
         self.bandit.update(cand.proposer, improvement, units)

@@ -26,6 +26,7 @@ from stochopt.search.driver import Job, RunResult, save_checkpoint
 from stochopt.search.event_log import BoundedEventLog
 from stochopt.search.executor import make_executor
 from stochopt.search.stats import RunStats
+from stochopt.search.tempering import Tempering, beta_ladder
 from stochopt.search.values import Proofs
 from stochopt.tuning.runs import RunRecorder
 
@@ -64,10 +65,13 @@ def supervise(rd: Path, run: dict, state: dict, start_text: str, baseline_text: 
     config = dict(run["config"])
     if config.get("opening_seed") is None:
         config["opening_seed"] = run["seed"]
+    betas = run_betas(run)  # each chain its own beta on the ladder
+    run_state.tempering = Tempering(betas, run["seed"],
+                                    config.get("restart_best_share", 0.5))
     jobs = [Job(i, str(rd), str(rd / SPEC_PY), run.get("name"), machine, baseline_text,
-                start_text, run["seed"] * 1000 + i, run["arms"], config, t0, deadline,
-                quota[i], previous.get(i), llm, checks_in_pool=workers > 0,
-                start_path=run_state.proved_plan)
+                start_text, run["seed"] * 1000 + i, run["arms"], {**config, "beta": betas[i]},
+                t0, deadline, quota[i], previous.get(i), llm, checks_in_pool=workers > 0,
+                start_path=run_state.proved_plan, chains=run["chains"])
             for i in range(run["chains"])]
     executor = make_executor(run.get("ray"))
     # a process that holds a Ray connection must not fork (its gRPC threads do not
@@ -174,6 +178,9 @@ class _RunState:
         self.last_checkpoint = time.time()
         self.proofs = Proofs()  # value graphs proved in this session, by any chain
         self.tuning = RunRecorder(rd, run, self.stats.notes)  # the tuning database
+        self.tempering: Tempering | None = None  # the ladder's exchanges and restarts
+        # the best the chains were told of (text, plan): where restarts to the best go
+        self.restart_best = (self.proved_text, self.proved_plan)
 
     # -- the pool ---------------------------------------------------------------------
     def queue_start_and_pending(self, start_text: str) -> None:
@@ -214,6 +221,7 @@ class _RunState:
             return
         if self.announced != target[:2]:
             self.announced = target[:2]
+            self.restart_best = (target[1], target[3])
             self.executor.send(None, ("best", target[1], target[0], target[2], target[3]))
 
     # -- messages ---------------------------------------------------------------------
@@ -235,6 +243,11 @@ class _RunState:
                 self._announce()
         elif kind == "state":
             self.chain_states[message[1]] = message[2]
+        elif kind == "temper":  # a chain's state, offered for an exchange on the ladder
+            for chain, reply in self.tempering.report(message[1], message[2]):
+                self.executor.send(chain, reply)
+        elif kind == "restart_due":  # the best, or another chain's state
+            self.executor.send(*self.tempering.restart_point(message[1], self.restart_best))
         elif kind == "restarted":  # its node died: the chain goes on elsewhere
             _, chain, why = message
             t = round(self.stats.elapsed(), 4)
@@ -317,6 +330,7 @@ class _RunState:
         self.stats.best_cycles = cycles
         self.stats.keep_best(text, cycles, facts, chain, plan)
         if self.pool is None:
+            self.restart_best = (text, plan)
             self.executor.send(None, ("best", text, cycles, True, plan))
 
     def _settle(self, pending: Pending, outcome: str, error: str | None,
@@ -347,6 +361,7 @@ class _RunState:
             "finished": finished, "best_cycles": self.stats.best_cycles,
             "tokens": self.stats.tokens, "cost_usd": self.stats.cost_usd,
             "bests": self.stats.bests, "stopped_by": stopped_by,
+            "tempering": self.tempering.state() if self.tempering else None,
             "pending": [p.to_json() for p in waiting if p.check_id != START]})
         self.log.flush()
         self.tuning.stats(self.stats.moves)
@@ -406,6 +421,13 @@ class _RunState:
             round(stats.cost_usd, 6), list(stats.errors), list(stats.notes),
             record["cycles"] if record else None, record["path"] if record else None, signum,
             stats.start)
+
+
+def run_betas(run: dict) -> list[float]:
+    """The ladder of a run, from its config (a run.json older than tempering: one beta)."""
+    config = run["config"]
+    return beta_ladder(config.get("beta", 30.0), config.get("hottest_beta", config.get(
+        "beta", 30.0)), run["chains"])
 
 
 def _quotas(max_proposals, chains: int) -> list[int | None]:

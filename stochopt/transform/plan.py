@@ -98,7 +98,7 @@ def apply_step(kernel: Kernel, step: Step, machine) -> Kernel:
         raise PlanError(f"{step.rule} at site {step.site} takes option "
                         f"{' or '.join(map(str, options)) or 'none here'}, not {step.option}")
     try:
-        out = _apply(rule, kernel, site, step.option, machine)
+        out = apply_at(rule, kernel, site, step.option, machine)
     except StochoptError as e:
         raise PlanError(f"{step.rule} at site {step.site}: {e}") from None
     if out is None:
@@ -106,7 +106,9 @@ def apply_step(kernel: Kernel, step: Step, machine) -> Kernel:
     return out
 
 
-def _apply(rule: Rule, kernel: Kernel, site: Any, option, machine) -> Kernel | None:
+def apply_at(rule: Rule, kernel: Kernel, site: Any, option, machine) -> Kernel | None:
+    """The rule at a site it found, with the option where it takes one (None where it
+    declines; StochoptError where it refuses)."""
     if rule.options is None:
         return rule.apply(kernel, site, machine, None)
     return rule.apply(kernel, site, machine, None, option=option)
@@ -167,22 +169,26 @@ def every_step(kernel: Kernel, machine, rng: random.Random | None = None,
                     continue
             for option in chosen:
                 try:
-                    out = _apply(rule, kernel, site, option, machine)
+                    out = apply_at(rule, kernel, site, option, machine)
                 except StochoptError as e:
                     out = e
                 yield Step(rule.name, index, option), out
 
 
-def _draw(kernel: Kernel, rng: random.Random, machine, weights: Mapping[str, float] | None,
-          rules: Sequence[Rule]) -> tuple[Rule, Any, Step] | None:
-    """The rewrite proposer's draw: a rule by weight among those that apply, a site and
-    an option uniformly. (rule, site, step); the step's option is None where the rule
-    has no option to take here. None: no rule applies."""
-    applicable = [(r, s) for r in rules for s in [r.find(kernel)] if s]
-    if not applicable:
+def applicable(kernel: Kernel, rules: Sequence[Rule] = RULES) -> list[tuple[Rule, list]]:
+    """The rules that apply to the kernel, each with its sites."""
+    return [(r, s) for r in rules for s in [r.find(kernel)] if s]
+
+
+def draw_step(kernel: Kernel, found: list[tuple[Rule, list]], rng: random.Random, machine,
+              weights: Mapping[str, float] | None = None) -> tuple[Rule, Any, Step] | None:
+    """The rewrite proposer's draw among ``found`` (applicable's list): a rule by
+    weight, a site and an option uniformly. (rule, site, step); the step's option is None
+    where the rule has no option to take here. None: no rule applies."""
+    if not found:
         return None
-    rule, sites = weighted_choice(rng, applicable, [r.name for r, _ in applicable],
-                                  [r.weight for r, _ in applicable], weights)
+    rule, sites = weighted_choice(rng, found, [r.name for r, _ in found],
+                                  [r.weight for r, _ in found], weights)
     index = rng.randrange(len(sites))
     if rule.options is None:
         return rule, sites[index], Step(rule.name, index)
@@ -195,7 +201,7 @@ def random_step(kernel: Kernel, rng: random.Random, machine,
                 ) -> Step | None:
     """A rule drawn by weight among those that apply here, a site and an option drawn
     uniformly: the rewrite proposer's draw, as a step (None: no rule applies)."""
-    drawn = _draw(kernel, rng, machine, weights, rules)
+    drawn = draw_step(kernel, applicable(kernel, rules), rng, machine, weights)
     if drawn is None:
         return None
     rule, _, step = drawn
@@ -208,14 +214,14 @@ def propose_step(kernel: Kernel, rng: random.Random, machine,
     """The rewrite proposer: a random step (random_step's draw) and the kernel it makes
     (None where the rule declines; StochoptError, its ``move`` the rule, where it
     refuses). (None, None) when no rule applies."""
-    drawn = _draw(kernel, rng, machine, weights, rules)
+    drawn = draw_step(kernel, applicable(kernel, rules), rng, machine, weights)
     if drawn is None:
         return None, None
     rule, site, step = drawn
     if rule.options is not None and step.option is None:
         return step, None  # no option to take at this site: the rule declines
     try:
-        return step, _apply(rule, kernel, site, step.option, machine)
+        return step, apply_at(rule, kernel, site, step.option, machine)
     except StochoptError as e:
         e.move = rule.name
         raise

@@ -17,7 +17,7 @@ from stochopt.lower import lower
 from stochopt.machine import MNCORE2
 from stochopt.search.chain import ChainConfig
 from stochopt.search.chain_run import ChainRun
-from stochopt.search.driver import _hear
+from stochopt.search.driver import Heard, _hear
 from stochopt.transform.plan import Step, apply_plan, plan_from_json, plan_to_json
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,9 +103,10 @@ def test_a_restart_from_the_global_best_takes_its_plan(softmax):
     best = apply_plan(baseline, path, MNCORE2).kernel
     inbox: queue.Queue = queue.Queue()
     inbox.put(("best", render(best), cost(best).cycles, True, plan_to_json(path)))
-    heard = _hear(run, inbox, None)
-    assert heard == (render(best), plan_to_json(path)) and run.best_path == path
-    run.restart_from(parse(heard[0]), plan_from_json(heard[1]))
+    heard = Heard()
+    _hear(run, inbox, heard, MNCORE2)
+    assert heard.best == (render(best), plan_to_json(path)) and run.best_path == path
+    run.restart_from(parse(heard.best[0]), plan_from_json(heard.best[1]))
     assert run.current_path == path and same_kernel(run.current, best)
 
 
