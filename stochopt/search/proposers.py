@@ -5,8 +5,9 @@ The builtin arms: ``mutate`` (blind moves), ``rewrite`` (one rule at one site),
 and ``lookahead`` (the best end of a beam over plans by the cost model alone,
 stochopt/transform/lookahead.py). ``mixed`` is a bandit that shares the chain's work
 among them (and the LLM) by improvement per cost unit spent on each, never starving any
-of them. A builtin proposal costs the kernels it made: one for mutate and rewrite, one
-per kernel costed for lookahead (counts, so a seeded run is reproducible); an LLM
+of them. A builtin proposal costs the kernels it made and costed (one for a mutation or
+most rewrites, six for a list schedule: Rule.units; a compound move its steps', the
+lookahead half a unit for every kernel it made): counts, so a seeded run is reproducible. An LLM
 proposal costs the builtin proposals its latency could have paid for.
 ``ChainProposer`` is the chain's transform: it draws an arm, asks it for a candidate and
 feeds the chain's verdict back to the bandit and the LLM.
@@ -24,7 +25,7 @@ from stochopt.search.chain import Candidate
 from stochopt.transform.compound import propose_compound
 from stochopt.transform.lookahead import Lookahead
 from stochopt.transform.mutate import propose_mutation
-from stochopt.transform.plan import Step, propose_step
+from stochopt.transform.plan import Step, plan_units, propose_step
 
 # a builtin arm: (kernel, rng, machine, weights) -> (move, kernel or None where it does
 # not apply, the plan from the kernel to it or None where it is no plan)
@@ -46,6 +47,10 @@ BUILTIN: dict[str, Callable[..., Drawn]] = {"mutate": _mutate, "rewrite": _rewri
 NAMES = ("mixed", "mutate", "rewrite", "compound", "lookahead", "llm")
 MIXED = ("mutate", "rewrite", "compound", "lookahead")  # the builtin arms of mixed
 WRONG_KEPT = 10_000  # value keys of refuted rule-made kernels the lookahead avoids
+# a kernel the lookahead makes is built and costed but never screened: about half the
+# work of a candidate (measured per unit: a third on softmax, a quarter on layernorm,
+# one and a half on mla_decode, whose screening is mostly cached)
+LOOKAHEAD_UNIT = 0.5
 
 
 @dataclass
@@ -159,16 +164,21 @@ class ChainProposer:
             except ConstraintError as e:
                 return Candidate(arm, getattr(e, "move", "?"), error=str(e), outcome="invalid")
             if proposed is not None:
-                return Candidate(arm, move, proposed, steps=steps)
+                return Candidate(arm, move, proposed, steps=steps,
+                                 units=plan_units(steps) if steps else 1.0)
             if attempt >= 3:
                 arm = "mutate"  # nothing of this proposer applies to the current kernel
         return Candidate(arm, "none", error="no move applies", outcome="invalid")
 
     def _lookahead(self, kernel: Kernel, rng: random.Random) -> Candidate:
-        """The best end point of a beam over plans from the kernel, by cycles alone; it
-        costs the bandit one unit per kernel it made."""
+        """The best end point of a beam over plans from the kernel, by cycles alone (one
+        reached through a lossy rule screened first); it costs the bandit half a unit
+        per kernel it made."""
+        if self.lookahead.screen is None and self.view is not None:
+            screening = self.view.screening
+            self.lookahead.screen = lambda k: screening.error(k, 0.0) == 0
         found = self.lookahead.search(kernel, rng)
-        units = float(max(1, found.made))
+        units = max(1.0, LOOKAHEAD_UNIT * found.units)
         if found.kernel is None:
             return Candidate("lookahead", "none", error="every end point the lookahead "
                              "reaches from here was proposed already", outcome="invalid",

@@ -14,20 +14,29 @@ the same rule, so that one rule's variants do not fill the beam). Kernels are ke
 their hash-consed terms and their program order (what the cost model reads), so a kernel
 reached twice is expanded once; the children of every kernel expanded are kept (least
 recently used out), and so is what was already handed out from each start, so a chain
-that rejected the best end point gets the next one when it asks again.
+that rejected the best end point gets the next one when it asks again. An end point
+reached through a lossy rule (a bf16 rounding) is screened before it is handed out, and
+a refuted one's values are never handed out again.
 """
 
 from __future__ import annotations
 
 import random
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from stochopt.backend.cost import cycles
 from stochopt.errors import StochoptError
 from stochopt.leir.ir import Kernel
-from stochopt.transform.plan import Step, applicable, apply_at, draw_step
+from stochopt.transform.plan import (
+    RULES_BY_NAME,
+    Step,
+    applicable,
+    apply_at,
+    draw_step,
+    plan_units,
+)
 
 KEPT_PARENTS = 512   # kernels whose children are kept
 KEPT_STARTS = 256    # starts whose handed-out end points are remembered
@@ -44,6 +53,7 @@ class Found:
     kernel: Kernel | None    # the end point (None: nothing new to hand out)
     cycles: int | None
     made: int                # kernels this search made and costed (the cached aside)
+    units: float = 0.0       # their work (plan.plan_units of the steps that made them)
 
 
 @dataclass
@@ -60,6 +70,10 @@ class Lookahead:
     # native value keys of kernels known wrong (a chain's screening refuted one with the
     # same values): no end point, no way through
     wrong_values: set = field(default_factory=set)
+    # kernel -> True where it passes the chain's screening: an end point whose plan uses
+    # a lossy rule is screened before it is handed out (at most ``screened`` a search)
+    screen: Callable[[Kernel], bool] | None = None
+    screened: int = 3
 
     def search(self, kernel: Kernel, rng: random.Random) -> Found:
         """The fastest end point of the plans explored from ``kernel`` that was not
@@ -68,12 +82,13 @@ class Lookahead:
         seen = {start}
         frontier: list[tuple[Kernel, list[Step]]] = [(kernel, [])]
         ends: list[tuple[int, int, tuple, Kernel, list[Step]]] = []
-        made = 0
+        made, units = 0, 0.0
         for _ in range(self.depth):
             children = []
             for parent, steps in frontier:
                 expanded, fresh = self._expand(parent, rng)
-                made += fresh
+                made += len(fresh)
+                units += plan_units(fresh) if fresh else 0.0
                 for step, child in expanded:
                     key = kernel_key(child)
                     if key in seen:
@@ -97,11 +112,21 @@ class Lookahead:
         self.handed.move_to_end(start)
         if len(self.handed) > KEPT_STARTS:
             self.handed.popitem(last=False)
+        screenings = 0
         for c, _, key, child, steps in sorted(ends, key=lambda e: (e[0], e[1])):
-            if key not in handed:
-                handed.add(key)
-                return Found(steps, child, c, made)
-        return Found([], None, None, made)
+            if key in handed or child.native_key in self.wrong_values:
+                continue
+            handed.add(key)
+            if self.screen is not None and any(RULES_BY_NAME[s.rule].lossy for s in steps):
+                if screenings == self.screened:
+                    continue
+                screenings += 1
+                units += 1.0  # a screening: about a candidate's work
+                if not self.screen(child):
+                    self.wrong_values.add(child.native_key)
+                    continue
+            return Found(steps, child, c, made, units)
+        return Found([], None, None, made, units)
 
     def _diverse(self, children: list) -> list:
         """The ``beam`` fastest children, at most ``per_rule`` by the same last rule."""
@@ -116,9 +141,9 @@ class Lookahead:
         return out
 
     def _expand(self, kernel: Kernel, rng: random.Random
-                ) -> tuple[list[tuple[Step, Kernel]], int]:
+                ) -> tuple[list[tuple[Step, Kernel]], list[Step]]:
         """Up to ``width`` distinct steps drawn from ``kernel`` and the kernels they make
-        (from the cache where they were made before); and how many were made now."""
+        (from the cache where they were made before); and the steps made now."""
         key = kernel_key(kernel)
         entry = self.children.get(key)
         if entry is None:
@@ -131,7 +156,7 @@ class Lookahead:
         kernel, found, known = entry
         out: list[tuple[Step, Kernel]] = []
         drawn: set[Step] = set()
-        made = 0
+        made: list[Step] = []
         for _ in range(3 * self.width):
             if len(drawn) == self.width:
                 break
@@ -143,7 +168,7 @@ class Lookahead:
                 continue
             drawn.add(step)
             if step not in known:
-                made += 1
+                made.append(step)
                 known[step] = _made(rule, kernel, site, step, self.machine)
             if known[step] is not None:
                 out.append((step, known[step]))

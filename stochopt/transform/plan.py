@@ -62,6 +62,11 @@ class Step:
         return f"{self.rule} at site {self.site}{option}"
 
 
+def plan_units(steps: Sequence[Step]) -> float:
+    """The work of applying a plan, in kernels made and costed (Rule.units each)."""
+    return sum(RULES_BY_NAME[s.rule].units for s in steps) or 1.0
+
+
 def plan_to_json(steps: Sequence[Step]) -> list[list]:
     return [s.to_json() for s in steps]
 

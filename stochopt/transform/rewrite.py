@@ -183,6 +183,9 @@ def list_schedule(k: Kernel, site, machine, rng=None) -> Kernel | None:
     return None if out is k else out
 
 
+# list scheduling makes and costs a kernel per candidate order, and the given one
+SCHEDULE_UNITS = 6.0
+
 # The rules, in the order docs/search.md lists them (and the proposer draws from), with
 # the weight the proposer gives each (STOKE's weighted transforms): data, not code.
 # Local rules are pattern entries (local_rules.py); the rest are functions.
@@ -201,7 +204,7 @@ RULES: list[Rule] = [
          _where_store_parts, store_parts),
     LOCAL["drop_widening_cast_pair"],
     LOCAL["bf16_matmul_operands"],
-    LOCAL["round_matmul_operands_to_bf16"],
+    replace(LOCAL["round_matmul_operands_to_bf16"], lossy=True),
     LOCAL["multiply_by_reciprocal"],
     LOCAL["divide_by_constant_as_multiply"],
     LOCAL["fold_scales"],
@@ -222,7 +225,7 @@ RULES: list[Rule] = [
       "tiles), a @ b -> sum(a[:, tile t] @ b[tile t]): cut a reduced axis into 2, 4 or 8 "
       "tiles through the whole kernel (flash-decoding), partial sums, maxima and matmuls "
       "combined once; then list-scheduled",
-         where_tile_reduction, tile_reduction_scheduled),
+         where_tile_reduction, tile_reduction_scheduled, units=SCHEDULE_UNITS),
     Rule("propagate_layout", "relayout(x, B) in a layout group -> x, the group's loads, "
       "fulls and relayouts re-derived from layout_of(x) (or from one load's layout)",
          where_propagate_layout, propagate_layout),
@@ -238,10 +241,11 @@ RULES: list[Rule] = [
          forms.where_reduce_by_relayout, forms.reduce_by_relayout),
     Rule("split_matmul_operand_hi_lo", "a32 @ cast(b16, f32) -> bf16(a32) @ b16 + "
       "bf16(a32 - bf16(a32)) @ b16: lossy, the precision check decides",
-         forms.where_split_matmul_operand_hi_lo, forms.split_matmul_operand_hi_lo),
+         forms.where_split_matmul_operand_hi_lo, forms.split_matmul_operand_hi_lo,
+         lossy=True),
     Rule("list_schedule", "reorder ops (depth first, loads d ahead) when the cost model "
       "finds the order faster",
-         _where_list_schedule, list_schedule, weight=0.5),
+         _where_list_schedule, list_schedule, weight=0.5, units=SCHEDULE_UNITS),
 ]
 
 
