@@ -113,7 +113,8 @@ class BoundedEventLog:
 
     def _notable(self, event: dict) -> bool:
         if event.get("proposer") == "llm" or event.get("counterexample") or \
-                event.get("restarted_from_best"):
+                event.get("restarted_from_best") or event.get("restarted_from") or \
+                "exchanged_with" in event:  # the chain was moved: its route jumps
             return True
         error = event.get("error")
         if not isinstance(error, str):

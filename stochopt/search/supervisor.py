@@ -21,6 +21,7 @@ from pathlib import Path
 from stochopt.errors import StochoptError
 from stochopt.leir.parser import parse
 from stochopt.rundir import BEST_JSON, BEST_LEIR, EVENTS_JSONL, SPEC_PY, read_json, write_json
+from stochopt.search.chain import ChainConfig
 from stochopt.search.checks import LOWERING, START, CheckerJob, CheckPool, Pending
 from stochopt.search.driver import Job, RunResult, save_checkpoint
 from stochopt.search.event_log import BoundedEventLog
@@ -426,8 +427,8 @@ class _RunState:
 def run_betas(run: dict) -> list[float]:
     """The ladder of a run, from its config (a run.json older than tempering: one beta)."""
     config = run["config"]
-    return beta_ladder(config.get("beta", 30.0), config.get("hottest_beta", config.get(
-        "beta", 30.0)), run["chains"])
+    beta = config.get("beta", ChainConfig.beta)
+    return beta_ladder(beta, config.get("hottest_beta", beta), run["chains"])
 
 
 def _quotas(max_proposals, chains: int) -> list[int | None]:

@@ -3,7 +3,7 @@
 A single rewrite cannot cross a valley: tiling a reduced axis is slower until the tiles'
 layouts are re-derived and the loads scheduled ahead; a hi/lo split is slower until its
 casts move to the matmul; a relayout pushed into a group is slower until it folds into a
-load. With beta = 30 a chain almost never accepts several slower kernels in a row, so the
+load. With beta = 60 a chain almost never accepts several slower kernels in a row, so the
 whole sequence is proposed as one candidate (STOKE's extended moves, MetaSchedule's
 composite transforms) and only the kernel at its end is costed and screened.
 
