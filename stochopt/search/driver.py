@@ -8,6 +8,12 @@ their proposal quota, or when the main process is gone. A kernel that needs its 
 check goes to the main process as a "candidate" (for the check pool,
 stochopt/search/checks.py) and the chain goes on; with no check workers the chain runs
 the check itself.
+
+Beside other chains, a chain also offers its state for an exchange on the tempering
+ladder every ``exchange_s`` (``temper``) and, when a restart is due, asks where to go
+(``restart_due``); the main process answers with ``exchange`` or ``restart`` (the state
+to move to, with its plan), and tells every chain the global best (``best``) and its
+refuted candidates (``refuted``). stochopt/search/tempering.py decides the exchanges.
 """
 
 from __future__ import annotations
