@@ -5,7 +5,6 @@ name it, best.json records it, restarts and checkpoints keep it; and the plan re
 import json
 import queue
 import random
-from pathlib import Path
 
 import pytest
 
@@ -19,8 +18,7 @@ from stochopt.search.chain import ChainConfig
 from stochopt.search.chain_run import ChainRun
 from stochopt.search.driver import Heard, _hear
 from stochopt.transform.plan import Step, apply_plan, plan_from_json, plan_to_json
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.search.test_fixpoint_first import ROOT, make_chain
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +28,7 @@ def softmax():
 
 
 def chain_of(softmax, arms, seed=0, **config) -> ChainRun:
-    spec, baseline = softmax
-    run = ChainRun(0, spec, baseline, cost(baseline).cycles, baseline, MNCORE2, arms, seed,
-                   ChainConfig(**config))
+    run = make_chain(softmax, arms, seed, **config)
     run.checks.checks_elsewhere = True  # submissions are queued, not checked here
     return run
 
