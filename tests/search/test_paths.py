@@ -50,7 +50,7 @@ def test_rewrites_carry_the_plan_that_replays_to_the_current_kernel(softmax):
     _, baseline = softmax
     run = chain_of(softmax, ["rewrite"], seed=2, beta=2.0)  # hot: it takes slower rewrites
     planned = lengths = 0
-    for _ in range(150):
+    for _ in range(50):
         event, _, _ = run.step()
         if event["move"] == "fixpoint":
             assert run.current_path and len(run.current_path) >= 2
