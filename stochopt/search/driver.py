@@ -176,12 +176,13 @@ def _hear(run: ChainRun, inbox, heard: Heard, machine) -> None:
             elif kind == "exchange":  # the replica-exchange rule took the neighbour's state
                 _, text, plan, _, partner = message
                 run.chain.set_current(parse(text, machine), path_from_json(plan))
-                heard.mark["exchanged_with"] = partner
+                heard.mark.update(exchanged_with=partner, moved_to=run.chain.current_cycles)
             elif kind == "restart":
                 _, text, plan, source = message
                 run.restart_from(parse(text, machine), path_from_json(plan))
                 heard.mark.update({"restarted_from_best": True} if source == "best"
                                   else {"restarted_from": source})
+                heard.mark["moved_to"] = run.chain.current_cycles
     except queue.Empty:
         pass
 

@@ -38,7 +38,7 @@ from stochopt.transform.plan import (
     plan_units,
 )
 
-KEPT_PARENTS = 512   # kernels whose children are kept
+KEPT_PARENTS = 256   # kernels whose children are kept
 KEPT_STARTS = 256    # starts whose handed-out end points are remembered
 
 

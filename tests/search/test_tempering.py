@@ -46,3 +46,21 @@ def test_two_chains_on_the_ladder_exchange_through_the_main_process(tmp_path):
     restarts = [e for e in events if e.get("restarted_from_best") or e.get("restarted_from")]
     assert restarts
     assert all(e.get("restarted_from") in (None, f"chain {1 - e['chain']}") for e in restarts)
+
+
+def test_a_moved_chain_earns_no_credit_for_the_jump():
+    """The report credits each global step to the moves along the chain's route; a move
+    to another chain's state (an exchange) is no move of the chain's."""
+    from stochopt.report.credit import PathCredit
+    credit = PathCredit(6000)
+
+    def event(t, outcome, cycles, proposer="mutate", **extra):
+        return {"chain": 0, "proposer": proposer, "move": "m", "outcome": outcome,
+                "cycles": cycles, "t": t, **extra}
+
+    credit.add(event(1, "accepted", 5000, "rewrite"), 1)
+    credit.add(event(2, "best", 1990, "mutate", exchanged_with=1, moved_to=2000), 2)
+    step = credit.steps[-1]
+    # the rewrite took the route from 6000 to 5000; the exchange put the chain at 2000,
+    # and the mutation saved 10 cycles from there, not the 3,010 from 5000
+    assert step["saved"] == 4010 and step["credit"]["mutate"] == round(4010 * 10 / 1010)
