@@ -260,7 +260,7 @@ def test_an_exchange_moves_the_chain_with_its_plan_and_marks_its_next_event(soft
     _hear(run, inbox, heard, MNCORE2)
     assert run.current_path == path and run.current.terms == other.terms
     assert run.chain.current_cycles == cost(other).cycles
-    assert heard.mark == {"exchanged_with": 1}
+    assert heard.mark == {"exchanged_with": 1, "moved_to": cost(other).cycles}
     report = run.report()
     assert report["plan"] == [["multiply_by_reciprocal", 0]]
     assert report["cost"] == pytest.approx(math.log(cost(other).cycles / baseline_cycles))
