@@ -32,6 +32,8 @@ from stochopt.transform.greedy import descend
 from stochopt.transform.plan import Step
 from stochopt.tuning.transfer import opening_starts
 
+REOPENINGS = 3  # descents made again from the start after the opening was refuted
+
 
 @dataclass
 class Restarts:
@@ -72,9 +74,11 @@ class ChainRun:
         self.best_path = start_path  # the plan of the best kernel this chain knows
         self.chain = Chain(index, start, self.proposer, self.objective, self._on_correct,
                            random.Random(seed), config.beta, start_path)
-        self.checks.recost = self.chain.recost
+        self.checks.recost = self._recost
         self.restarts = Restarts(config.restart_after)
         self.seed = seed
+        self.start, self.start_path = start, start_path
+        self.reopened = 0  # descents made again after a refuted opening
         if config.fixpoint_first and "rewrite" in arms:
             self.proposer.opening = self._fixpoint
 
@@ -99,6 +103,29 @@ class ChainRun:
             return Candidate("rewrite", "transfer", descents[best].kernel, steps=steps)
         return Candidate("rewrite", "fixpoint", descents[best].kernel, steps=steps) \
             if descents[best].steps else None
+
+    def _recost(self) -> None:
+        """A full check refuted a kernel of this chain: its counterexample joined the
+        screening inputs, so cost the current kernel again. If the opening's kernel now
+        fails them (a lossy step passed the first screening, as bf16 operands do on
+        mla_decode), the next proposal is the descent again from the start, which the
+        counterexample now steers past that step (at most REOPENINGS times)."""
+        self.chain.recost()
+        opened = self.proposer.opened
+        if opened is None or self.reopened >= REOPENINGS or self.proposer.opening is not None \
+                or self.objective.error(opened.kernel, 0.0) == 0:
+            return
+        self.reopened += 1
+        self.proposer.opening = self._reopen
+
+    def _reopen(self, kernel: Kernel) -> Candidate | None:
+        """The opening's descent again, from the start kernel (not the current one)."""
+        cand = self._fixpoint(self.start)
+        if cand is not None and self.start_path is not None:
+            cand.path, cand.steps = self.start_path + cand.steps, None
+        elif cand is not None:
+            cand.steps = None  # a plan from the start, not from the current kernel
+        return cand
 
     def _on_correct(self, kernel: Kernel, cycles: int, event: dict,
                     path: list[Step] | None) -> tuple[Kernel | None, dict | None]:
