@@ -206,7 +206,7 @@ class ChainRun:
                 "bandit": self.proposer.bandit.state(), "best_cycles": self.checks.best_cycles,
                 "counterexamples": list(self.checks.saved_inputs),
                 "current_path": path_json(self.chain.current_path),
-                "best_path": path_json(self.best_path)}
+                "best_path": path_json(self.best_path), "reopened": self.reopened}
 
     def restore(self, state: dict) -> None:
         self.chain.rng.setstate(_rng_from(state["rng"]))
@@ -214,6 +214,7 @@ class ChainRun:
         if state["proposals"]:  # its first proposal was made in an earlier session
             self.proposer.opening = None
         self.restarts.since_improvement = state["since_improvement"]
+        self.reopened = state.get("reopened", REOPENINGS)  # older: no opening known
         self.checks.full_checks = state["full_checks"]
         self.proposer.bandit = Bandit.from_state(state["bandit"])
         self.checks.best_cycles = state["best_cycles"]
