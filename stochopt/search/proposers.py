@@ -25,20 +25,21 @@ from stochopt.search.chain import Candidate
 from stochopt.transform.compound import propose_compound
 from stochopt.transform.lookahead import Lookahead
 from stochopt.transform.mutate import propose_mutation
-from stochopt.transform.plan import Step, plan_units, propose_step
+from stochopt.transform.plan import Step, applicable, plan_units, propose_step
 
-# a builtin arm: (kernel, rng, machine, weights) -> (move, kernel or None where it does
-# not apply, the plan from the kernel to it or None where it is no plan)
+# a builtin arm: (kernel, rng, machine, weights, the rules that apply to the kernel with
+# their sites) -> (move, kernel or None where it does not apply, the plan from the kernel
+# to it or None where it is no plan)
 Drawn = tuple[str, Kernel | None, list[Step] | None]
 
 
-def _mutate(kernel: Kernel, rng: random.Random, machine, weights) -> Drawn:
+def _mutate(kernel: Kernel, rng: random.Random, machine, weights, found) -> Drawn:
     move, out = propose_mutation(kernel, rng, machine, weights)
     return move, out, None  # a blind move: no plan reaches it
 
 
-def _rewrite(kernel: Kernel, rng: random.Random, machine, weights) -> Drawn:
-    step, out = propose_step(kernel, rng, machine, weights)
+def _rewrite(kernel: Kernel, rng: random.Random, machine, weights, found) -> Drawn:
+    step, out = propose_step(kernel, rng, machine, weights, found=found)
     return ("none", None, None) if step is None else (step.rule, out, [step])
 
 
@@ -136,6 +137,7 @@ class ChainProposer:
         # with a drawn arm (the rules to a fixpoint, see ChainRun)
         self.opening: Callable[[Kernel], Candidate | None] | None = None
         self.opened: Candidate | None = None  # what the opening proposed
+        self.found: tuple[Kernel, list] | None = None  # the rules that apply to a kernel
 
     def propose(self, kernel: Kernel, rng: random.Random) -> Candidate:
         if self.opening is not None:
@@ -157,7 +159,8 @@ class ChainProposer:
             return self._lookahead(kernel, rng)
         for attempt in range(16):  # a move that does not apply here is redrawn
             try:
-                move, proposed, steps = BUILTIN[arm](kernel, rng, self.machine, self.weights)
+                move, proposed, steps = BUILTIN[arm](kernel, rng, self.machine, self.weights,
+                                                     self._applicable(kernel, arm))
             except ParseError as e:
                 return Candidate(arm, getattr(e, "move", "?"), error=str(e),
                                  outcome="parse_error")
@@ -169,6 +172,15 @@ class ChainProposer:
             if attempt >= 3:
                 arm = "mutate"  # nothing of this proposer applies to the current kernel
         return Candidate(arm, "none", error="no move applies", outcome="invalid")
+
+    def _applicable(self, kernel: Kernel, arm: str) -> list | None:
+        """The rules that apply to the kernel, with their sites, found once per kernel:
+        most proposals are refused, so the chain stays on one kernel for many of them."""
+        if arm == "mutate":
+            return None
+        if self.found is None or self.found[0] is not kernel:
+            self.found = (kernel, applicable(kernel))
+        return self.found[1]
 
     def _lookahead(self, kernel: Kernel, rng: random.Random) -> Candidate:
         """The best end point of a beam over plans from the kernel, by cycles alone (one

@@ -26,7 +26,7 @@ from typing import Any
 from stochopt.errors import StochoptError
 from stochopt.leir.ir import Kernel
 from stochopt.transform.pattern import Match, Rule
-from stochopt.transform.plan import RULES_BY_NAME, Step, apply_at, propose_step
+from stochopt.transform.plan import RULES_BY_NAME, Step, applicable, apply_at, propose_step
 from stochopt.transform.weights import weighted_choice
 
 # rule -> the rules that naturally follow it, applied in this order where they connect
@@ -140,22 +140,19 @@ def _follow(kernel: Kernel, steps: list[Step], rules: list[str], rng: random.Ran
     return kernel
 
 
-def _head(kernel: Kernel, rng: random.Random, machine, weights, rules) -> tuple[
-        list[Step], Kernel | None]:
-    """The first step, drawn as the rewrite proposer draws (StochoptError where it
-    refuses, its ``move`` the rule)."""
-    step, out = propose_step(kernel, rng, machine, weights, rules)
-    return ([step] if step is not None else []), out
-
-
 def follow_ups(kernel: Kernel, rng: random.Random, machine,
-               weights: Mapping[str, float] | None = None) -> tuple[list[Step], Kernel | None]:
-    """A rule that has follow-ups, drawn by weight, then its follow-ups in order."""
-    heads = [RULES_BY_NAME[name] for name in FOLLOW_UPS]
-    steps, out = _head(kernel, rng, machine, weights, heads)
+               weights: Mapping[str, float] | None = None,
+               found: list[tuple[Rule, list]] | None = None
+               ) -> tuple[list[Step], Kernel | None]:
+    """A rule that has follow-ups, drawn by weight, then its follow-ups in order.
+    ``found``: plan.applicable(kernel) when the caller has it."""
+    found = applicable(kernel) if found is None else found
+    heads = [(rule, sites) for rule, sites in found if rule.name in FOLLOW_UPS]
+    step, out = propose_step(kernel, rng, machine, weights, found=heads)
     if out is None:
-        return steps, None
-    return steps, _follow(out, steps, list(FOLLOW_UPS[steps[0].rule]), rng, machine,
+        return ([step] if step is not None else []), None
+    steps = [step]
+    return steps, _follow(out, steps, list(FOLLOW_UPS[step.rule]), rng, machine,
                           frozenset(kernel.terms))
 
 
@@ -163,11 +160,13 @@ def connected(k: int) -> Callable[..., tuple[list[Step], Kernel | None]]:
     """k rules drawn at random: the first anywhere, each next one by weight among the
     rules with a site connected to what the steps before changed."""
     def move(kernel: Kernel, rng: random.Random, machine,
-             weights: Mapping[str, float] | None = None) -> tuple[list[Step], Kernel | None]:
-        steps, out = _head(kernel, rng, machine, weights, list(RULES_BY_NAME.values()))
+             weights: Mapping[str, float] | None = None,
+             found: list[tuple[Rule, list]] | None = None
+             ) -> tuple[list[Step], Kernel | None]:
+        step, out = propose_step(kernel, rng, machine, weights, found=found)
         if out is None:
-            return steps, None
-        original = frozenset(kernel.terms)
+            return ([step] if step is not None else []), None
+        steps, original = [step], frozenset(kernel.terms)
         for _ in range(k - 1):
             region = changed_region(out, original)
             options = [(rule, sites) for rule in RULES_BY_NAME.values()
@@ -190,17 +189,19 @@ COMPOUNDS = {"follow_ups": follow_ups, "connected_2": connected(2),
 
 
 def propose_compound(kernel: Kernel, rng: random.Random, machine,
-                     weights: Mapping[str, float] | None = None
+                     weights: Mapping[str, float] | None = None,
+                     found: list[tuple[Rule, list]] | None = None
                      ) -> tuple[str, Kernel | None, list[Step] | None]:
     """A compound move drawn by weight: (its name and the rules it applied, e.g.
     ``follow_ups:tile_reduction+propagate_layout``, the kernel at its end or None where
     its first step declines, the plan from ``kernel`` to it). A first step that refuses
-    raises StochoptError, its ``move`` naming the compound move."""
+    raises StochoptError, its ``move`` naming the compound move. ``found``:
+    plan.applicable(kernel) when the caller has it."""
     names = tuple(COMPOUNDS)
     name = weighted_choice(rng, names, names, [COMPOUND_WEIGHTS[n] for n in names], weights)
     for attempt in range(HEAD_ATTEMPTS):  # a plan is worth its end: redraw a refused head
         try:
-            steps, out = COMPOUNDS[name](kernel, rng, machine, weights)
+            steps, out = COMPOUNDS[name](kernel, rng, machine, weights, found)
             break
         except StochoptError as e:
             if attempt == HEAD_ATTEMPTS - 1:

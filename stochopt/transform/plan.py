@@ -214,12 +214,15 @@ def random_step(kernel: Kernel, rng: random.Random, machine,
 
 
 def propose_step(kernel: Kernel, rng: random.Random, machine,
-                 weights: Mapping[str, float] | None = None, rules: Sequence[Rule] = RULES
+                 weights: Mapping[str, float] | None = None, rules: Sequence[Rule] = RULES,
+                 found: list[tuple[Rule, list]] | None = None
                  ) -> tuple[Step | None, Kernel | None]:
     """The rewrite proposer: a random step (random_step's draw) and the kernel it makes
     (None where the rule declines; StochoptError, its ``move`` the rule, where it
-    refuses). (None, None) when no rule applies."""
-    drawn = draw_step(kernel, applicable(kernel, rules), rng, machine, weights)
+    refuses). (None, None) when no rule applies. ``found``: ``applicable(kernel, rules)``
+    when the caller has it already."""
+    found = applicable(kernel, rules) if found is None else found
+    drawn = draw_step(kernel, found, rng, machine, weights)
     if drawn is None:
         return None, None
     rule, site, step = drawn
