@@ -5,10 +5,12 @@ chain's whole step; and how many candidates a mutate chain gets through per seco
     python benchmarks/bench_candidate.py --profile       # where a chain step's time goes
     python benchmarks/bench_candidate.py --run 60        # optimize, mutate, 2 chains, 60 s
     python benchmarks/bench_candidate.py --run 60 --runs 3   # median and spread of 3 runs
+    python benchmarks/bench_candidate.py --run 60 --proposer mixed   # every builtin arm
     python benchmarks/bench_candidate.py --steps 5000     # one chain: per CPU second
 
-Medians and spreads over repetitions (time.perf_counter). No assertions: these are
-measurements, the test suite never times anything.
+Medians and spreads over repetitions (time.perf_counter). A compound move or a lookahead
+is one candidate, the kernel it ends in, however many kernels it made on the way. No
+assertions: these are measurements, the test suite never times anything.
 """
 
 from __future__ import annotations
@@ -60,7 +62,8 @@ def chain_rate(spec, baseline, seconds: float, arms: list[str], seed: int,
     return n / seconds
 
 
-def chain_steps(spec, baseline, steps: int, seed: int = 0) -> None:
+def chain_steps(spec, baseline, steps: int, seed: int = 0,
+                arms: tuple[str, ...] = ("mutate",)) -> None:
     """One mutate chain in this process for a fixed number of steps, full checks handed
     off as with a check pool: candidates per CPU second (time.process_time, so a shared
     machine's load matters less than for wall time) and a digest of the events, which
@@ -71,7 +74,7 @@ def chain_steps(spec, baseline, steps: int, seed: int = 0) -> None:
 
     from stochopt.leir.render import render
     chain = ChainRun(0, spec, baseline, cost(baseline, MNCORE2).cycles, baseline, MNCORE2,
-                     ["mutate"], seed, ChainConfig())
+                     list(arms), seed, ChainConfig())
     chain.checks.checks_elsewhere = True
     digest = hashlib.sha256()
     started = time.process_time()
@@ -87,9 +90,9 @@ def chain_steps(spec, baseline, steps: int, seed: int = 0) -> None:
 
 
 def run_rate(spec_path: Path, seconds: float, chains: int, full_examples: int,
-             runs: int = 1) -> None:
-    """What the issue measures: `optimize --proposer mutate` with N chains, candidates
-    per second of the run (its full checks included, of full_examples each); with
+             runs: int = 1, proposer: str = "mutate") -> None:
+    """`optimize --proposer mutate` (or ``proposer``) with N chains, candidates per
+    second of the run (its full checks included, of full_examples each); with
     ``runs`` > 1, the median and spread of that many runs. CPU seconds (this process,
     and the chain and check processes it started) say how much of the machine the runs
     got, which matters on a shared one."""
@@ -102,14 +105,15 @@ def run_rate(spec_path: Path, seconds: float, chains: int, full_examples: int,
         before = [resource.getrusage(who) for who in (resource.RUSAGE_SELF,
                                                         resource.RUSAGE_CHILDREN)]
         with tempfile.TemporaryDirectory() as tmp:
-            result = optimize(str(spec_path), budget=seconds, proposer="mutate",
+            result = optimize(str(spec_path), budget=seconds, proposer=proposer,
                               chains=chains, run_dir=str(Path(tmp) / "run"),
                               config=ChainConfig(full_examples=full_examples), db=False)
         cpu = [_cpu(resource.getrusage(who)) - _cpu(was) for who, was in
                zip((resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN), before, strict=True)]
         rates.append(result.proposals / seconds)
         unproved = f", unproved {result.unproved_cycles}" if result.unproved_cycles else ""
-        print(f"  run {run + 1}: optimize, {chains} chains, {seconds:.0f} s: "
+        print(f"  run {run + 1}: optimize --proposer {proposer}, {chains} chains, "
+              f"{seconds:.0f} s: "
               f"{result.proposals} candidates, {rates[-1]:.0f}/s of budget; best "
               f"{result.best_cycles} cycles{unproved}; CPU s main {cpu[0]:.1f}, "
               f"chains and checks {cpu[1]:.1f}")
@@ -132,6 +136,8 @@ def main() -> None:
                     help="only time a whole `optimize --proposer mutate` run per spec")
     ap.add_argument("--chains", type=int, default=2, help="chains of the --run")
     ap.add_argument("--runs", type=int, default=1, help="how many --run runs per spec")
+    ap.add_argument("--proposer", default="mutate",
+                    help="the proposer of the --run and --steps runs")
     ap.add_argument("--steps", type=int, default=0,
                     help="only run one chain for this many steps (CPU time, events digest)")
     ap.add_argument("--full-examples", type=int, default=200,
@@ -142,13 +148,15 @@ def main() -> None:
         if args.run:
             print(f"== {name}")
             run_rate(SPECS / f"{name}.py", args.run, args.chains, args.full_examples,
-                     args.runs)
+                     args.runs, args.proposer)
             continue
         spec = load_spec(SPECS / f"{name}.py")
         baseline = lower(spec)
         if args.steps:
             print(f"== {name}")
-            chain_steps(spec, baseline, args.steps)
+            from stochopt.search.proposers import check_proposer
+            chain_steps(spec, baseline, args.steps,
+                        arms=tuple(check_proposer(args.proposer, llm_available=False)))
             continue
         screening = ScreeningSet(spec, baseline, MNCORE2)
         print(f"== {name} ({len(baseline.nodes)} ops)")

@@ -315,7 +315,7 @@ def optimize(spec: SpecLike | None = None, *, budget: str | float = "10m",
                             hint='pass e.g. llm={"model": "gpt-4o-mini"}')
     if not isinstance(proposer, str):
         raise StochoptError(f"proposer must be a string, got {proposer!r}",
-                            hint="use mixed, mutate, rewrite or llm")
+                            hint="use mixed, mutate, rewrite, compound, lookahead or llm")
     if chains is not None:
         chains = _count(chains, "chains", 1)
     seed = _count(seed, "seed", 0)

@@ -273,7 +273,8 @@ def _print_verdict(kernel_path: str, spec, verdict) -> None:
 @click.option("--budget", default="10m", show_default=True,
               help="Wall time: 30s, 10m, 48h, 1h30m.")
 @click.option("--proposer", default="mixed", show_default=True,
-              type=click.Choice(["mixed", "mutate", "rewrite", "llm"]))
+              type=click.Choice(["mixed", "mutate", "rewrite", "compound", "lookahead",
+                                 "llm"]))
 @click.option("--chains", default=None, type=click.IntRange(1, 1024),
               help="Chains in worker processes (default: the CPU count; of the cluster "
               "with --ray). At most 64 without --ray.")
@@ -362,7 +363,8 @@ def optimize(ctx, spec_path, budget, proposer, chains, ray_address, seed, init, 
                                   highlight=False)
         elif proposer == "mixed":
             err_console.print("no LLM configured (--model): mixed runs the built-in "
-                              "proposers (mutate, rewrite)", highlight=False)
+                              "proposers (mutate, rewrite, compound, lookahead)",
+                              highlight=False)
     live = None if quiet or not console.is_terminal else Live(console=console,
                                                              refresh_per_second=4)
     last = {"t": 0.0}

@@ -25,14 +25,17 @@ from stochopt.errors import StochoptError
 # -- the schema ---------------------------------------------------------------------------
 # the run's settings (spec, spec_path, name, machine, machine_name, budget_s, proposer,
 # arms, chains, check_workers, seed, init, max_proposals, max_cost, config, llm, started,
-# versions, host, settings, ray, tuning: the tuning database's part, docs/database.md)
-# and, once set up, roofline_cycles, baseline_cycles and bound_cycles
+# versions, host, settings, ray, tuning: the tuning database's part, docs/database.md;
+# betas: each chain's beta on the tempering ladder) and, once set up, roofline_cycles,
+# baseline_cycles and bound_cycles
 RUN_JSON = "run.json"
 SPEC_PY = "spec.py"                  # a copy of the spec, so the run resumes without it
 BASELINE_LEIR = "baseline.leir"      # the spec's lowering: what speedups are measured from
 BEST_LEIR = "best.leir"              # the proved best kernel (the commit point)
-# best.leir's facts, written first: cycles, source, t, chain, profile, verdict,
-# certificate, proof ("pending", "lowering", "unfinished"), recheck, unproved
+# best.leir's facts, written first: cycles, source, t, chain, plan (the steps from the
+# run's start, plan_to_json, or null when unknown), plan_start ("lowering" or "init"),
+# profile, verdict, certificate, proof ("pending", "lowering", "unfinished"), recheck,
+# unproved
 BEST_JSON = "best.json"
 UNPROVED_LEIR = "unproved.leir"      # a faster kernel whose full check did not finish
 EVENTS_JSONL = "events.jsonl"        # one line per candidate kept (search/event_log.py)

@@ -66,7 +66,8 @@ def test_a_setting_is_a_default_and_a_flag_overrides_it(project):
     ('machine = "big"', ["machine = 'big'", "unknown machine"]),
     ('quiet = "yes"', ["quiet must be true or false", "write quiet = true"]),
     ("model = 5", ["model must be a string", 'write model = "..."']),
-    ('proposer = "magic"', ["proposer = 'magic'", "one of mixed, mutate, rewrite, llm"]),
+    ('proposer = "magic"', ["proposer = 'magic'",
+                            "one of mixed, mutate, rewrite, compound, lookahead, llm"]),
     ("llm = { model = \"m\" }", ["llm must be a single value, got a table"]),
 ])
 def test_every_key_is_checked_like_its_flag_with_the_file_and_line(project, body, words):

@@ -49,6 +49,10 @@ class PathCredit:
         if event.get("restarted_from_best") and self.running < path.best:
             # the driver moved the chain to the global best: its route starts again there
             self.paths[chain] = path = _Path(self.running, self.running)
+        if event.get("moved_to") is not None:
+            # an exchange on the tempering ladder or a restart moved the chain: it stands
+            # there now, and no move of its made that jump
+            path.current = int(event["moved_to"])
         if event.get("outcome") not in ("accepted", "best") or event.get("cycles") is None:
             return
         cycles = int(event["cycles"])

@@ -21,17 +21,29 @@ from __future__ import annotations
 import math
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from stochopt.errors import StochoptError
 from stochopt.leir.ir import Kernel
+from stochopt.search.tempering import check_tempering
+from stochopt.transform.plan import Step, plan_from_json, plan_to_json
+
+# a path longer than this is dropped (unknown): replaying it would cost more than it tells
+MAX_PATH_STEPS = 500
 
 
 @dataclass
 class ChainConfig:
-    beta: float = 30.0           # inverse temperature: 5% slower is accepted ~23% of the time
+    # inverse temperature of the coldest chain: 1% slower is accepted 55% of the time,
+    # 5% slower 5% (at 30, chains drifted far above their best on large kernels)
+    beta: float = 60.0
+    # tempering (stochopt/search/tempering.py): the last chain's beta, the chains between
+    # on a geometric ladder from beta (20: 10% slower is accepted 15% of the time)
+    hottest_beta: float = 20.0
+    exchange_s: float = 1.0      # how often each chain offers its state for an exchange
+    restart_best_share: float = 0.5  # restarts that go to the best, not another chain
     lam: float = 1.0             # weight of performance against correctness
     restart_after: int = 3000    # proposals without a new chain best before a restart
     full_examples: int = 200     # examples of the full check before a kernel becomes best
@@ -49,6 +61,22 @@ class ChainConfig:
     # plans (plan_to_json) that won on similar specs, replayed on the start kernel before
     # the descent by every other chain (stochopt/tuning/transfer.py)
     seed_plans: list[list] = field(default_factory=list)
+    # the lookahead arm's beam (stochopt/transform/lookahead.py): plans of up to
+    # lookahead_depth steps, lookahead_beam kernels kept per depth, lookahead_width
+    # steps drawn from each
+    lookahead_depth: int = 3
+    lookahead_beam: int = 3
+    lookahead_width: int = 8
+
+
+def check_search_config(config: ChainConfig) -> None:
+    """A clear error for a ladder or a lookahead the search cannot run."""
+    check_tempering(config.beta, config.hottest_beta, config.exchange_s,
+                    config.restart_best_share)
+    for name in ("lookahead_depth", "lookahead_beam", "lookahead_width"):
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 64:
+            raise StochoptError(f"{name} must be an integer from 1 to 64, got {value!r}")
 
 
 @dataclass
@@ -61,6 +89,14 @@ class Candidate:
     tokens: int = 0
     cost_usd: float = 0.0
     latency_s: float = 0.0       # wall time an LLM spent on it (the bandit charges for it)
+    # the plan from the run's start kernel to this candidate, when known (None: unknown,
+    # e.g. a blind mutation or a whole kernel written by a model); a proposer that builds
+    # from another kernel sets it from that kernel's path
+    path: list[Step] | None = None
+    # the plan from the chain's current kernel to this candidate (a rewrite's one step, a
+    # compound move's steps): the chain makes ``path`` of it as current_path + steps
+    steps: list[Step] | None = None
+    units: float = 1.0           # the bandit's charge: the kernels it made (LLM: latency)
 
 
 class Proposer(Protocol):
@@ -75,23 +111,33 @@ class Objective(Protocol):
     def error(self, kernel: Kernel, bound: float = math.inf) -> float: ...
 
 
-# (kernel, its cycles, the event) -> (the new best kernel or None, its verdict facts)
-OnCorrect = Callable[[Kernel, int, dict], tuple[Kernel | None, dict | None]]
+# (kernel, its cycles, the event, its path or None) -> (the new best kernel or None, its
+# verdict facts); the policy writes the path into an event it marks checking or best
+OnCorrect = Callable[[Kernel, int, dict, list[Step] | None],
+                     tuple[Kernel | None, dict | None]]
 
 
 class Chain:
     """The walk: the current kernel and its cost, the random state, the MH decision."""
 
     def __init__(self, index: int, start: Kernel, proposer: Proposer, objective: Objective,
-                 on_correct: OnCorrect, rng: random.Random, beta: float) -> None:
+                 on_correct: OnCorrect, rng: random.Random, beta: float,
+                 start_path: Sequence[Step] | None = ()) -> None:
+        """``start_path``: the plan from the run's start kernel to ``start`` (empty: it
+        is the run's start; None: unknown)."""
         self.index, self.proposer, self.objective = index, proposer, objective
         self.on_correct, self.rng, self.beta = on_correct, rng, beta
         self.proposals = 0
-        self.set_current(start)
+        self.set_current(start, None if start_path is None else list(start_path))
 
-    def set_current(self, kernel: Kernel) -> None:
-        """Move to a kernel (or re-cost the current one after the screening set grew)."""
-        self.current = kernel
+    def set_current(self, kernel: Kernel, path: list[Step] | None) -> None:
+        """Move to a kernel, whose plan from the run's start is ``path`` (None: unknown)."""
+        self.current, self.current_path = kernel, path
+        self.recost()
+
+    def recost(self) -> None:
+        """Cost the current kernel again (after the screening set grew)."""
+        kernel = self.current
         self.current_cycles = self.objective.cycles(kernel)
         self.current_eq = self.objective.error(kernel)
         self.current_cost = self.current_eq + self.objective.performance(self.current_cycles)
@@ -102,6 +148,9 @@ class Chain:
         t0 = time.perf_counter()
         cand = self.proposer.propose(self.current, self.rng)
         self.proposals += 1
+        if cand.path is None and cand.steps is not None and self.current_path is not None:
+            path = self.current_path + cand.steps
+            cand.path = path if len(path) <= MAX_PATH_STEPS else None
         event = {"chain": self.index, "proposer": cand.proposer, "move": cand.move,
                  "outcome": cand.outcome, "cycles": None, "error": cand.error,
                  "tokens": cand.tokens, "cost_usd": cand.cost_usd}
@@ -135,8 +184,23 @@ class Chain:
             event["outcome"] = "wrong" if eq > 0 else "rejected"
             return None, None
         self.current, self.current_cycles, self.current_eq = kernel, cycles, eq
-        self.current_cost = eq + perf
+        self.current_cost, self.current_path = eq + perf, cand.path
         event["outcome"] = "accepted"
         if eq == 0:  # right on every screening input: a new best if the policy says so
-            return self.on_correct(kernel, cycles, event)
+            return self.on_correct(kernel, cycles, event, cand.path)
         return None, None
+
+
+def path_json(path: list[Step] | None) -> list | None:
+    """A path as messages, checkpoints and best.json keep it (None stays None)."""
+    return None if path is None else plan_to_json(path)
+
+
+def path_from_json(data: list | None) -> list[Step] | None:
+    return None if data is None else plan_from_json(data)
+
+
+def mark_plan(event: dict, path: list[Step] | None) -> None:
+    """An event that reaches ``checking`` or ``best`` names the plan of its kernel."""
+    if path is not None:
+        event["plan"] = plan_to_json(path)

@@ -9,19 +9,30 @@ build one the same way.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from stochopt.leir.ir import Kernel
 from stochopt.leir.parser import parse
 from stochopt.leir.render import render
-from stochopt.search.chain import Candidate, Chain, ChainConfig
+from stochopt.search.chain import (
+    Candidate,
+    Chain,
+    ChainConfig,
+    mark_plan,
+    path_from_json,
+    path_json,
+)
 from stochopt.search.full_checks import FullChecks
 from stochopt.search.objective import Objective
 from stochopt.search.proposers import Bandit, ChainProposer
 from stochopt.search.values import CachedScreening
 from stochopt.spec import Spec
 from stochopt.transform.greedy import descend
+from stochopt.transform.plan import Step
 from stochopt.tuning.transfer import opening_starts
+
+REOPENINGS = 3  # descents made again from the start after the opening was refuted
 
 
 @dataclass
@@ -44,21 +55,30 @@ class ChainRun:
 
     def __init__(self, index: int, spec: Spec, baseline: Kernel, baseline_cycles: int,
                  start: Kernel, machine, arms: list[str], seed: int,
-                 config: ChainConfig | None = None, llm=None) -> None:
+                 config: ChainConfig | None = None, llm=None,
+                 start_path: Sequence[Step] | None = ()) -> None:
+        """``start_path``: the plan from the run's start kernel to ``start`` (empty when
+        it is the run's start; None: unknown)."""
         config = config or ChainConfig()
+        start_path = None if start_path is None else list(start_path)
         self.index, self.machine, self.config = index, machine, config
         screening = CachedScreening(spec, baseline, machine, config.screening_inputs, seed)
         self.objective = Objective(spec, baseline, baseline_cycles, machine, screening,
                                    config.lam)
-        self.proposer = ChainProposer(arms, machine, config.move_weights, llm)
+        self.proposer = ChainProposer(arms, machine, config.move_weights, llm, {
+            "depth": config.lookahead_depth, "beam": config.lookahead_beam,
+            "width": config.lookahead_width})
         self.proposer.view = self
         self.checks = FullChecks(index, spec, baseline, machine, screening, seed,
                                  config.full_examples, baseline_cycles, render(start))
-        self.chain = Chain(index, start, self.proposer, self.objective,
-                           self.checks.on_correct, random.Random(seed), config.beta)
-        self.checks.recost = lambda: self.chain.set_current(self.chain.current)
+        self.best_path = start_path  # the plan of the best kernel this chain knows
+        self.chain = Chain(index, start, self.proposer, self.objective, self._on_correct,
+                           random.Random(seed), config.beta, start_path)
+        self.checks.recost = self._recost
         self.restarts = Restarts(config.restart_after)
         self.seed = seed
+        self.start, self.start_path = start, start_path
+        self.reopened = 0  # descents made again after a refuted opening
         if config.fixpoint_first and "rewrite" in arms:
             self.proposer.opening = self._fixpoint
 
@@ -71,16 +91,61 @@ class ChainRun:
         steps taken; None if no rule helps."""
         seed = self.seed if self.config.opening_seed is None else self.config.opening_seed
         # with plans that won on similar specs, the descent also starts from their best
-        # replay (stochopt/tuning/transfer.py); the faster result is proposed
+        # replay (stochopt/tuning/transfer.py); the faster result is proposed, with the
+        # plan from the kernel to it (the replay's steps, then the descent's)
         starts = opening_starts(kernel, self.config.seed_plans, self.index, self.machine,
                                 self.objective.error)
         descents = [descend(start, self.machine, self.objective.error, random.Random(seed),
                             deadline=self.checks.deadline) for start, _ in starts]
         best = min(range(len(starts)), key=lambda i: descents[i].cycles)
+        steps = list(starts[best][1]) + descents[best].plan
         if starts[best][0] is not kernel:
-            return Candidate("rewrite", "transfer", descents[best].kernel)
-        return Candidate("rewrite", "fixpoint", descents[best].kernel) \
+            return Candidate("rewrite", "transfer", descents[best].kernel, steps=steps)
+        return Candidate("rewrite", "fixpoint", descents[best].kernel, steps=steps) \
             if descents[best].steps else None
+
+    def _recost(self) -> None:
+        """A full check refuted a kernel of this chain: its counterexample joined the
+        screening inputs, so cost the current kernel again. If the opening's kernel now
+        fails them (a lossy step passed the first screening, as bf16 operands do on
+        mla_decode), the next proposal is the descent again from the start, which the
+        counterexample now steers past that step (at most REOPENINGS times)."""
+        self.chain.recost()
+        opened = self.proposer.opened
+        if opened is None or self.reopened >= REOPENINGS or self.proposer.opening is not None \
+                or self.objective.error(opened.kernel, 0.0) == 0:
+            return
+        self.reopened += 1
+        self.proposer.opening = self._reopen
+
+    def _reopen(self, kernel: Kernel) -> Candidate | None:
+        """The opening's descent again, from the start kernel (not the current one)."""
+        cand = self._fixpoint(self.start)
+        if cand is not None and self.start_path is not None:
+            cand.path, cand.steps = self.start_path + cand.steps, None
+        elif cand is not None:
+            cand.steps = None  # a plan from the start, not from the current kernel
+        return cand
+
+    def _on_correct(self, kernel: Kernel, cycles: int, event: dict,
+                    path: list[Step] | None) -> tuple[Kernel | None, dict | None]:
+        """The full-check policy, and the path contract: an event that goes to its full
+        check or becomes the best names its plan, and a proved best its path."""
+        best, facts = self.checks.on_correct(kernel, cycles, event)
+        if event["outcome"] in ("checking", "best"):
+            mark_plan(event, path)
+        if best is not None:
+            self.best_path = path
+        return best, facts
+
+    def hear_best(self, text: str, cycles: int, proved: bool,
+                  path: list[Step] | None) -> bool:
+        """The global best as the main process announces it (see FullChecks.hear_best),
+        with its plan; True if taken."""
+        taken = self.checks.hear_best(text, cycles, proved)
+        if taken and proved:
+            self.best_path = path
+        return taken
 
     def step(self) -> tuple[dict, Kernel | None, dict | None]:
         """One proposal of the chain: (event, new best kernel or None, its facts). With
@@ -91,14 +156,26 @@ class ChainRun:
         self.restarts.count(improved=self.checks.improvements != improvements)
         return out
 
-    def restart_from(self, kernel: Kernel) -> None:
-        self.chain.set_current(kernel)
+    def report(self) -> dict:
+        """The chain's state as the ladder's exchanges and restarts read it."""
+        chain = self.chain
+        return {"text": render(chain.current), "plan": path_json(chain.current_path),
+                "cost": chain.current_cost, "cycles": chain.current_cycles}
+
+    def restart_from(self, kernel: Kernel, path: list[Step] | None) -> None:
+        self.chain.set_current(kernel, path)
         self.restarts.since_improvement = 0
 
     # -- what the LLM proposer reads of the chain ---------------------------------------
     @property
     def current(self) -> Kernel:
         return self.chain.current
+
+    @property
+    def current_path(self) -> list[Step] | None:
+        """The plan from the run's start kernel to the current kernel (None: unknown)."""
+        return self.chain.current_path
+
 
     @property
     def screening(self) -> CachedScreening:
@@ -127,7 +204,9 @@ class ChainRun:
                 "since_improvement": self.restarts.since_improvement,
                 "full_checks": self.checks.full_checks,
                 "bandit": self.proposer.bandit.state(), "best_cycles": self.checks.best_cycles,
-                "counterexamples": list(self.checks.saved_inputs)}
+                "counterexamples": list(self.checks.saved_inputs),
+                "current_path": path_json(self.chain.current_path),
+                "best_path": path_json(self.best_path), "reopened": self.reopened}
 
     def restore(self, state: dict) -> None:
         self.chain.rng.setstate(_rng_from(state["rng"]))
@@ -135,12 +214,16 @@ class ChainRun:
         if state["proposals"]:  # its first proposal was made in an earlier session
             self.proposer.opening = None
         self.restarts.since_improvement = state["since_improvement"]
+        self.reopened = state.get("reopened", REOPENINGS)  # older: no opening known
         self.checks.full_checks = state["full_checks"]
         self.proposer.bandit = Bandit.from_state(state["bandit"])
         self.checks.best_cycles = state["best_cycles"]
         for path in state.get("counterexamples", []):
             self.checks.add_counterexample_file(path)
-        self.chain.set_current(parse(state["current"], self.machine))
+        # a checkpoint written before paths were kept knows none
+        self.best_path = path_from_json(state.get("best_path"))
+        self.chain.set_current(parse(state["current"], self.machine),
+                               path_from_json(state.get("current_path")))
 
 
 def _rng_state(rng: random.Random) -> list:

@@ -8,6 +8,12 @@ their proposal quota, or when the main process is gone. A kernel that needs its 
 check goes to the main process as a "candidate" (for the check pool,
 stochopt/search/checks.py) and the chain goes on; with no check workers the chain runs
 the check itself.
+
+Beside other chains, a chain also offers its state for an exchange on the tempering
+ladder every ``exchange_s`` (``temper``) and, when a restart is due, asks where to go
+(``restart_due``); the main process answers with ``exchange`` or ``restart`` (the state
+to move to, with its plan), and tells every chain the global best (``best``) and its
+refuted candidates (``refuted``). stochopt/search/tempering.py decides the exchanges.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from stochopt.errors import StochoptError
 from stochopt.leir.parser import parse
 from stochopt.leir.render import render
 from stochopt.rundir import CHECKPOINT_JSON, COUNTEREXAMPLES, read_json, write_json
-from stochopt.search.chain import ChainConfig
+from stochopt.search.chain import ChainConfig, path_from_json, path_json
 from stochopt.search.chain_run import ChainRun
 from stochopt.search.checks import WorkerJob
 
@@ -51,6 +57,10 @@ class Job(WorkerJob):
     # how often the chain's state goes to the main process: a Ray chain sends it with
     # every batch of events, so that a restart from it neither repeats nor loses one
     state_every_s: float = STATE_S
+    # the plan from the run's start kernel to start_text (plan_to_json; None: unknown)
+    start_path: list | None = field(default_factory=list)
+    chains: int = 1             # the run's chains: with more, restarts and exchanges
+                                # go through the main process
 
 
 def worker(job: Job, outbox, inbox, stop) -> None:
@@ -72,30 +82,35 @@ def _work(job: Job, outbox, inbox, stop, parent, llm_gate=None) -> None:
     machines (see LLMProposer.gate); None: this process's own."""
     machine, spec, baseline = job.load()
     start = parse(job.start_text, machine)
+    start_path = path_from_json(job.start_path)
     llm = None
     if "llm" in job.arms and job.llm:
         from stochopt.search.llm_proposer import LLMProposer
         llm = LLMProposer.from_job(job, spec, machine, stop)
         llm.gate = llm_gate
     run = ChainRun(job.index, spec, baseline, cost(baseline, machine).cycles, start, machine,
-                   job.arms, job.seed, ChainConfig(**job.config), llm)
+                   job.arms, job.seed, ChainConfig(**job.config), llm, start_path)
     run.checks.counterexample_dir = Path(job.run_dir) / COUNTEREXAMPLES
     run.checks.checks_elsewhere = job.checks_in_pool
     if job.state:
         run.restore(job.state)
-    global_best = None
+    heard = Heard()
     events: list[dict] = []
-    last_flush = last_state = last_heard = time.time()
+    last_flush = last_state = last_heard = last_report = time.time()
     run.checks.deadline = time.monotonic() + (job.deadline - time.time())
-    global_best = _hear(run, inbox, global_best)
+    _hear(run, inbox, heard, machine)
+    tempering = job.chains > 1 and run.config.exchange_s > 0
     while not stop.is_set() and time.time() < job.deadline:
         if job.max_proposals is not None and run.chain.proposals >= job.max_proposals:
             break
         if time.time() - last_heard > HEAR_S:
-            global_best = _hear(run, inbox, global_best)
+            _hear(run, inbox, heard, machine)
             last_heard = time.time()
         event, best, facts = run.step()
         event["t"] = round(time.time() - job.t0, 4)
+        if heard.mark:  # the chain was moved before this step: an exchange or a restart
+            event.update(heard.mark)
+            heard.mark = {}
         submissions = run.checks.submissions
         for sub in submissions:  # the main process holds its event until the verdict
             outbox.put(("candidate", job.index, sub.check_id, render(sub.kernel), sub.cycles,
@@ -107,10 +122,22 @@ def _work(job: Job, outbox, inbox, stop, parent, llm_gate=None) -> None:
         if best is not None:
             outbox.put(("events", job.index, events))
             events = []
-            outbox.put(("best", job.index, render(best), run.checks.best_cycles, facts))
-        if run.restarts.due:  # no new best for a while: back to the global best
-            run.restart_from(parse(global_best, machine) if global_best else run.current)
-            event["restarted_from_best"] = True
+            outbox.put(("best", job.index, render(best), run.checks.best_cycles, facts,
+                        path_json(run.best_path)))
+        if run.restarts.due:  # no new best for a while: elsewhere
+            if job.chains > 1:  # the main process picks: the best or another chain's state
+                outbox.put(("restart_due", job.index))
+                run.restarts.since_improvement = 0
+            else:  # alone: back to the global best, here, so a seeded run repeats
+                if heard.best is None:
+                    run.restart_from(run.current, run.current_path)
+                else:
+                    run.restart_from(parse(heard.best[0], machine),
+                                     path_from_json(heard.best[1]))
+                event["restarted_from_best"] = True
+        if tempering and time.time() - last_report >= run.config.exchange_s:
+            outbox.put(("temper", job.index, run.report()))
+            last_report = time.time()
         now = time.time()
         if now - last_flush > FLUSH_S:
             outbox.put(("events", job.index, events))
@@ -126,20 +153,38 @@ def _work(job: Job, outbox, inbox, stop, parent, llm_gate=None) -> None:
     outbox.put(("state", job.index, run.state()))
 
 
-def _hear(run: ChainRun, inbox, global_best: str | None) -> str | None:
-    """Take what the main process said since the last step; the restart point."""
+@dataclass
+class Heard:
+    """What a chain keeps of what the main process said."""
+    best: tuple | None = None   # the global best's text and plan: a lone chain's restart
+    mark: dict = field(default_factory=dict)  # facts for the event of the next step
+
+
+def _hear(run: ChainRun, inbox, heard: Heard, machine) -> None:
+    """Take what the main process said since the last step: the global best, refuted
+    candidates, exchanges with a neighbour on the ladder, restart points."""
     try:
         while True:
             message = inbox.get_nowait()
-            if message[0] == "best":
-                _, text, cycles, proved = message
-                if run.checks.hear_best(text, cycles, proved):
-                    global_best = text
-            elif message[0] == "refuted":
+            kind = message[0]
+            if kind == "best":
+                _, text, cycles, proved, plan = message
+                if run.hear_best(text, cycles, proved, path_from_json(plan)):
+                    heard.best = (text, plan)
+            elif kind == "refuted":
                 run.checks.refuted(message[1])
+            elif kind == "exchange":  # the replica-exchange rule took the neighbour's state
+                _, text, plan, _, partner = message
+                run.chain.set_current(parse(text, machine), path_from_json(plan))
+                heard.mark.update(exchanged_with=partner, moved_to=run.chain.current_cycles)
+            elif kind == "restart":
+                _, text, plan, source = message
+                run.restart_from(parse(text, machine), path_from_json(plan))
+                heard.mark.update({"restarted_from_best": True} if source == "best"
+                                  else {"restarted_from": source})
+                heard.mark["moved_to"] = run.chain.current_cycles
     except queue.Empty:
         pass
-    return global_best
 
 
 @dataclass

@@ -113,7 +113,8 @@ class BoundedEventLog:
 
     def _notable(self, event: dict) -> bool:
         if event.get("proposer") == "llm" or event.get("counterexample") or \
-                event.get("restarted_from_best"):
+                event.get("restarted_from_best") or event.get("restarted_from") or \
+                "exchanged_with" in event:  # the chain was moved: its route jumps
             return True
         error = event.get("error")
         if not isinstance(error, str):
@@ -131,6 +132,8 @@ class BoundedEventLog:
 
     # -- a chain's path through candidates that were only counted ----------------------
     def _follow(self, event: dict) -> None:
+        if event.get("moved_to") is not None:  # an exchange or a restart moved the chain
+            self.current[event.get("chain")] = int(event["moved_to"])
         if event["outcome"] in TAKEN and event.get("cycles") is not None:
             self.current[event.get("chain")] = int(event["cycles"])
 
@@ -145,13 +148,16 @@ class BoundedEventLog:
     def _count(self, event: dict) -> None:
         self.aggregate.add(event)
         restarted, cycles = event.get("restarted_from_best"), event.get("cycles")
+        moved = event.get("moved_to")
         taken = event["outcome"] in TAKEN and cycles is not None
-        if not (restarted or taken):  # no part of the chain's path: nothing to carry
+        if not (restarted or taken or moved is not None):  # not part of the chain's path
             return
         chain = event.get("chain")
         carry = self.carry.setdefault(chain, {"moves": 0, "downhill": {}, "top": []})
         if restarted:  # the route starts again (credit.py)
             carry.update(moves=0, downhill={}, top=[], restarted=True)
+        if moved is not None:  # the chain stands elsewhere: no move of its made the jump
+            self.current[chain] = carry["current"] = int(moved)
         if not taken:
             return
         cycles = int(cycles)

@@ -10,7 +10,8 @@ proposers and the verifier never know which executor runs them:
   over a cluster's CPUs, with a coordinating actor for what the chains share.
 
 Messages are the tuples of stochopt/search/driver.py (``events``, ``candidate``,
-``best``, ``state``, ``error``, ``done``), the check pool's (``verdict``,
+``best``, ``state``, ``temper``, ``restart_due``, ``error``, ``done`` from the chains;
+``best``, ``refuted``, ``exchange``, ``restart`` to them), the check pool's (``verdict``,
 ``check_error``, ``check_done``, which arrive on the same ``outbox``), and, from an
 executor that restarts chains, ``("restarted", index, why)``.
 """

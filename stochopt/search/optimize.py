@@ -29,11 +29,12 @@ from stochopt.rundir import (
     read_json,
     write_json,
 )
-from stochopt.search.chain import ChainConfig
+from stochopt.search.chain import ChainConfig, check_search_config
 from stochopt.search.checks import LOWERING
 from stochopt.search.driver import RunResult, load_checkpoint, save_checkpoint
 from stochopt.search.proposers import check_proposer
 from stochopt.search.supervisor import supervise
+from stochopt.search.tempering import beta_ladder
 from stochopt.spec import load_spec
 from stochopt.transform.weights import check_move_weights
 from stochopt.tuning.runs import prepare as prepare_tuning
@@ -42,6 +43,7 @@ from stochopt.verify.check import certificate, check
 from stochopt.verify.screening import ScreeningSet
 
 MAX_RAY_CHAINS = 1024  # chains on a cluster (64 on one machine)
+INIT = "init"  # best.json's plan_start when the run started from an --init kernel
 
 
 def optimize(spec_path: str | None = None, *, budget: str | float = "10m",
@@ -98,6 +100,7 @@ def optimize(spec_path: str | None = None, *, budget: str | float = "10m",
     arms = check_proposer(proposer, llm_available=llm is not None)
     config = config or ChainConfig()
     config.move_weights = check_move_weights(config.move_weights)
+    check_search_config(config)
     m = load_machine(machine)
     spec = load_spec(spec_path, name)
     # the run directory comes first, before the slow setup: a run killed at any moment
@@ -111,6 +114,7 @@ def optimize(spec_path: str | None = None, *, budget: str | float = "10m",
            "check_workers": check_workers, "seed": seed,
            "init": str(Path(init).resolve()) if init else None,
            "max_proposals": max_proposals, "max_cost": max_cost, "config": vars(config),
+           "betas": beta_ladder(config.beta, config.hottest_beta, chains),
            "llm": _public_llm(llm), "roofline_cycles": None, "baseline_cycles": None,
            "bound_cycles": None, "started": started, "versions": _versions(),
            "host": platform.node(), "settings": settings, "ray": ray}
@@ -159,18 +163,21 @@ def _setup(rd: Path, run: dict, spec, m, started: float) -> tuple[dict, str, str
         # candidates against. Checking it against itself would prove nothing about the
         # search and, on a large spec, take the first seconds of a short run's one check
         # worker (or the chain's path) away from the faster kernels the run finds.
-        _write_best(rd, start, spec, None, m, "start", proof=LOWERING)
+        _write_best(rd, start, spec, None, m, "start", proof=LOWERING, plan=[],
+                    plan_start=LOWERING)
     elif warm is not None:  # proved by the run that found it (or checked again just now)
-        _write_best(rd, start, spec, warm[1], m, "start")
+        _write_best(rd, start, spec, warm[1], m, "start", plan=[], plan_start=INIT)
     elif run["check_workers"] == 0:
         deadline = time.monotonic() + run["budget_s"] - (time.time() - started)
         verdict = check(start, spec, machine=m, baseline=baseline, seed=run["seed"],
                         deadline=deadline)
         if not verdict.equivalent and not verdict.interrupted:
             _fail_start(verdict.counterexample.describe(), bool(run["init"]), spec.name)
-        _write_best(rd, start, spec, None if verdict.interrupted else verdict, m, "start")
+        _write_best(rd, start, spec, None if verdict.interrupted else verdict, m, "start",
+                    plan=[], plan_start=INIT)
     else:
-        _write_best(rd, start, spec, None, m, "start")  # proved by the pool, soon
+        _write_best(rd, start, spec, None, m, "start", plan=[],  # proved by the pool, soon
+                    plan_start=INIT)
     write_json(rd / RUN_JSON, run)
     state = {"elapsed_s": round(time.time() - started, 3), "proposals": 0, "chains": [],
              "finished": False, "best_cycles": cost(start, m).cycles, "tokens": 0,
@@ -239,13 +246,19 @@ def _versions() -> dict:
 
 def _write_best(rd: Path, kernel, spec, verdict, machine, source: str, t: float = 0.0,
                 chain: int | None = None, recheck: dict | None = None,
-                proof: str = "pending") -> None:
+                proof: str = "pending", plan: list | None = None,
+                plan_start: str | None = None) -> None:
     """best.json first, then best.leir: the kernel file is the commit point. A verdict of
     None marks the starting kernel: ``proof: pending`` while its own full check runs, or
-    ``proof: lowering`` when it is the spec's lowering, which needs none."""
+    ``proof: lowering`` when it is the spec's lowering, which needs none. ``plan`` is the
+    kernel's plan (plan_to_json; None: unknown) from the run's start, which
+    ``plan_start`` names: "lowering" or "init" (by default what best.json said)."""
+    if plan_start is None:
+        plan_start = read_json(rd / BEST_JSON).get("plan_start", LOWERING) \
+            if (rd / BEST_JSON).is_file() else LOWERING
     profile = cost(kernel, machine)
     facts = {"cycles": profile.cycles, "source": source, "t": t, "chain": chain,
-             "profile": profile.to_json()}
+             "plan": plan, "plan_start": plan_start, "profile": profile.to_json()}
     if verdict is None:
         facts.update(verdict=None, certificate=None, proof=proof)
     else:
@@ -344,13 +357,14 @@ def recheck_best(rd: Path, spec, machine, seed: int, baseline_text: str,
         again = recheck(kernel)
         if again.equivalent:
             _write_best(rd, kernel, spec, entry["verdict"], machine, "search", entry["t"],
-                        entry["chain"], recheck=again.to_json())
+                        entry["chain"], recheck=again.to_json(), plan=entry.get("plan"))
             return f"{failed}; best.leir holds the fastest earlier best that passes it " \
                    f"({entry['cycles']} cycles)"
     base_verdict = check(baseline, spec, machine=machine, baseline=baseline, seed=seed,
                          deadline=deadline)
+    from_lowering = best.get("plan_start", LOWERING) == LOWERING  # the baseline: its start
     _write_best(rd, baseline, spec, None if base_verdict.interrupted else base_verdict,
-                machine, source="start")
+                machine, source="start", plan=[] if from_lowering else None)
     return f"{failed}; no earlier best passes it, so best.leir is back to the baseline"
 
 

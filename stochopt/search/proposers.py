@@ -1,10 +1,16 @@
 """Proposers share one interface: ``propose(kernel, rng, machine) -> (move, kernel | None)``.
 
-``mixed`` is a bandit that shares proposals among the others by improvement per cost
-unit spent on them, never starving any of them. A builtin proposal costs one unit, so a
-seeded run is reproducible; an LLM proposal costs the builtin proposals its latency
-could have paid for. ``ChainProposer`` is the chain's transform: it draws an arm, asks it
-for a candidate and feeds the chain's verdict back to the bandit and the LLM.
+The builtin arms: ``mutate`` (blind moves), ``rewrite`` (one rule at one site),
+``compound`` (a short plan of rules judged at its end, stochopt/transform/compound.py)
+and ``lookahead`` (the best end of a beam over plans by the cost model alone,
+stochopt/transform/lookahead.py). ``mixed`` is a bandit that shares the chain's work
+among them (and the LLM) by improvement per cost unit spent on each, never starving any
+of them. A builtin proposal costs the kernels it made and costed (one for a mutation or
+most rewrites, six for a list schedule: Rule.units; a compound move its steps', the
+lookahead half a unit for every kernel it made): counts, so a seeded run is reproducible. An LLM
+proposal costs the builtin proposals its latency could have paid for.
+``ChainProposer`` is the chain's transform: it draws an arm, asks it for a candidate and
+feeds the chain's verdict back to the bandit and the LLM.
 """
 
 from __future__ import annotations
@@ -16,11 +22,36 @@ from dataclasses import dataclass, field
 from stochopt.errors import ConstraintError, ParseError, StochoptError
 from stochopt.leir.ir import Kernel
 from stochopt.search.chain import Candidate
+from stochopt.transform.compound import propose_compound
+from stochopt.transform.lookahead import Lookahead
 from stochopt.transform.mutate import propose_mutation
-from stochopt.transform.rewrite import propose_rewrite
+from stochopt.transform.plan import Step, applicable, plan_units, propose_step
 
-BUILTIN = {"mutate": propose_mutation, "rewrite": propose_rewrite}
-NAMES = ("mixed", "mutate", "rewrite", "llm")
+# a builtin arm: (kernel, rng, machine, weights, the rules that apply to the kernel with
+# their sites) -> (move, kernel or None where it does not apply, the plan from the kernel
+# to it or None where it is no plan)
+Drawn = tuple[str, Kernel | None, list[Step] | None]
+
+
+def _mutate(kernel: Kernel, rng: random.Random, machine, weights, found) -> Drawn:
+    move, out = propose_mutation(kernel, rng, machine, weights)
+    return move, out, None  # a blind move: no plan reaches it
+
+
+def _rewrite(kernel: Kernel, rng: random.Random, machine, weights, found) -> Drawn:
+    step, out = propose_step(kernel, rng, machine, weights, found=found)
+    return ("none", None, None) if step is None else (step.rule, out, [step])
+
+
+BUILTIN: dict[str, Callable[..., Drawn]] = {"mutate": _mutate, "rewrite": _rewrite,
+                                            "compound": propose_compound}
+NAMES = ("mixed", "mutate", "rewrite", "compound", "lookahead", "llm")
+MIXED = ("mutate", "rewrite", "compound", "lookahead")  # the builtin arms of mixed
+WRONG_KEPT = 10_000  # value keys of refuted rule-made kernels the lookahead avoids
+# a kernel the lookahead makes is built and costed but never screened: about half the
+# work of a candidate (measured per unit: a third on softmax, a quarter on layernorm,
+# one and a half on mla_decode, whose screening is mostly cached)
+LOOKAHEAD_UNIT = 0.5
 
 
 @dataclass
@@ -28,11 +59,19 @@ class Arm:
     proposals: int = 0
     units: float = 0.0         # cost units spent (decayed): one per builtin proposal
     improvement: float = 0.0   # decrease in the chain's cost it brought (decayed)
+    spent: float = 0.0         # cost units spent in all (not decayed): units per proposal
+
+    def units_per_proposal(self) -> float:
+        return self.spent / self.proposals if self.proposals and self.spent else 1.0
 
 
 @dataclass
 class Bandit:
-    """Improvement per cost unit, with a floor so every arm keeps being tried."""
+    """Improvement per cost unit, with a floor so every arm keeps being tried. The
+    shares are shares of the chain's work: an arm whose proposals cost many units (a
+    lookahead costs every kernel it made) is drawn that many times less often, so its
+    floor and its share bound the work it takes from the others. The LLM's units are
+    its latency, spent on a server, not on the chain: its draws are not scaled."""
     arms: dict[str, Arm] = field(default_factory=dict)
     floor: float = 0.1
 
@@ -41,7 +80,9 @@ class Bandit:
         scores = [(self.arms[n].improvement + 0.01) / (self.arms[n].units + 1.0)
                   for n in names]
         total = sum(scores)
-        weights = [self.floor / len(names) + (1 - self.floor) * s / total for s in scores]
+        weights = [(self.floor / len(names) + (1 - self.floor) * s / total) /
+                   (1.0 if n == "llm" else self.arms[n].units_per_proposal())
+                   for n, s in zip(names, scores, strict=True)]
         return rng.choices(names, weights)[0]
 
     decay: float = 0.999  # recent proposals weigh more: what helped early may be spent
@@ -53,6 +94,7 @@ class Bandit:
         arm = self.arms.setdefault(name, Arm())
         arm.proposals += 1
         arm.units += units
+        arm.spent += units
         arm.improvement += max(0.0, improvement)
 
     def state(self) -> dict:
@@ -73,7 +115,7 @@ def check_proposer(name: str, llm_available: bool) -> list[str]:
         raise StochoptError("--proposer llm needs a model",
                             hint="pass --model NAME (and --base-url URL for a local server)")
     if name == "mixed":
-        return ["mutate", "rewrite"] + (["llm"] if llm_available else [])
+        return list(MIXED) + (["llm"] if llm_available else [])
     return [name]
 
 
@@ -81,9 +123,12 @@ class ChainProposer:
     """The chain's transform: an arm drawn by the bandit (or the only one) proposes."""
 
     def __init__(self, arms: list[str], machine, move_weights: dict[str, float] | None = None,
-                 llm=None) -> None:
+                 llm=None, lookahead: dict | None = None) -> None:
+        """``lookahead``: the Lookahead's depth, beam and width (its defaults if None)."""
         self.arms, self.machine, self.llm = arms, machine, llm
         self.weights = move_weights or None
+        self.lookahead = Lookahead(machine, weights=self.weights, **(lookahead or {})) \
+            if "lookahead" in arms else None
         self.bandit = Bandit()
         for a in arms:
             self.bandit.arms.setdefault(a, Arm())
@@ -92,6 +137,7 @@ class ChainProposer:
         # with a drawn arm (the rules to a fixpoint, see ChainRun)
         self.opening: Callable[[Kernel], Candidate | None] | None = None
         self.opened: Candidate | None = None  # what the opening proposed
+        self.found: tuple[Kernel, list] | None = None  # the rules that apply to a kernel
 
     def propose(self, kernel: Kernel, rng: random.Random) -> Candidate:
         if self.opening is not None:
@@ -109,25 +155,61 @@ class ChainProposer:
                 return Candidate("llm", "no_reply", error="the run stopped before a reply "
                                  "came", outcome="invalid")
             arm = "mutate"  # no reply ready yet: keep the chain busy meanwhile
+        if arm == "lookahead":
+            return self._lookahead(kernel, rng)
         for attempt in range(16):  # a move that does not apply here is redrawn
             try:
-                move, proposed = BUILTIN[arm](kernel, rng, self.machine, self.weights)
+                move, proposed, steps = BUILTIN[arm](kernel, rng, self.machine, self.weights,
+                                                     self._applicable(kernel, arm))
             except ParseError as e:
                 return Candidate(arm, getattr(e, "move", "?"), error=str(e),
                                  outcome="parse_error")
             except ConstraintError as e:
                 return Candidate(arm, getattr(e, "move", "?"), error=str(e), outcome="invalid")
             if proposed is not None:
-                return Candidate(arm, move, proposed)
+                return Candidate(arm, move, proposed, steps=steps,
+                                 units=plan_units(steps) if steps else 1.0)
             if attempt >= 3:
                 arm = "mutate"  # nothing of this proposer applies to the current kernel
         return Candidate(arm, "none", error="no move applies", outcome="invalid")
 
+    def _applicable(self, kernel: Kernel, arm: str) -> list | None:
+        """The rules that apply to the kernel, with their sites, found once per kernel:
+        most proposals are refused, so the chain stays on one kernel for many of them."""
+        if arm == "mutate":
+            return None
+        if self.found is None or self.found[0] is not kernel:
+            self.found = (kernel, applicable(kernel))
+        return self.found[1]
+
+    def _lookahead(self, kernel: Kernel, rng: random.Random) -> Candidate:
+        """The best end point of a beam over plans from the kernel, by cycles alone (one
+        reached through a lossy rule screened first); it costs the bandit half a unit
+        per kernel it made."""
+        if self.lookahead.screen is None and self.view is not None:
+            screening = self.view.screening
+            self.lookahead.screen = lambda k: screening.error(k, 0.0) == 0
+        found = self.lookahead.search(kernel, rng)
+        units = max(1.0, LOOKAHEAD_UNIT * found.units)
+        if found.kernel is None:
+            return Candidate("lookahead", "none", error="every end point the lookahead "
+                             "reaches from here was proposed already", outcome="invalid",
+                             units=units)
+        move = "+".join(s.rule for s in found.steps)
+        return Candidate("lookahead", move, found.kernel, steps=found.steps, units=units)
+
     def feedback(self, cand: Candidate, event: dict, improvement: float) -> None:
-        """The chain's verdict: into the LLM's next prompt and the bandit's scores."""
+        """The chain's verdict: into the LLM's next prompt, the lookahead's knowledge of
+        wrong values and the bandit's scores."""
         if cand.proposer == "llm" and self.llm is not None:
             self.llm.record(event, cand)  # outcomes and counterexamples feed the next prompt
+        if self.lookahead is not None and event["outcome"] == "wrong" and \
+                cand.steps is not None and cand.kernel is not None:
+            wrong = self.lookahead.wrong_values  # a screening verdict is one of values
+            if len(wrong) >= WRONG_KEPT:
+                wrong.clear()
+            wrong.add(cand.kernel.native_key)
         if cand is self.opened:  # not the bandit's draw: its gain would skew the shares
             return
-        units = 1.0 if cand.proposer != "llm" else max(1.0, 200 * cand.latency_s)
+        units = cand.units if cand.proposer != "llm" else max(1.0, 200 * cand.latency_s)
         self.bandit.update(cand.proposer, improvement, units)

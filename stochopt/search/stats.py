@@ -40,11 +40,13 @@ class RunStats:
         self.restarts = 0      # chains restarted elsewhere after their node died (Ray)
         self.start = start_line(run.get("tuning"))  # what the tuning database gave it
 
-    def keep_best(self, text: str, cycles: int, verdict: dict, chain: int) -> None:
-        """Remember a few verified bests: the final re-check falls back on them."""
+    def keep_best(self, text: str, cycles: int, verdict: dict, chain: int,
+                  plan: list | None = None) -> None:
+        """Remember a few verified bests (with their plans): the final re-check falls
+        back on them."""
         self.bests = self.bests[-(KEEP_BESTS - 1):] + [
             {"cycles": cycles, "text": text, "verdict": verdict, "t": self.elapsed(),
-             "chain": chain}]
+             "chain": chain, "plan": plan}]
 
     def elapsed(self) -> float:
         return time.time() - self.t0

@@ -21,11 +21,13 @@ from pathlib import Path
 from stochopt.errors import StochoptError
 from stochopt.leir.parser import parse
 from stochopt.rundir import BEST_JSON, BEST_LEIR, EVENTS_JSONL, SPEC_PY, read_json, write_json
+from stochopt.search.chain import ChainConfig
 from stochopt.search.checks import LOWERING, START, CheckerJob, CheckPool, Pending
 from stochopt.search.driver import Job, RunResult, save_checkpoint
 from stochopt.search.event_log import BoundedEventLog
 from stochopt.search.executor import make_executor
 from stochopt.search.stats import RunStats
+from stochopt.search.tempering import Tempering, beta_ladder
 from stochopt.search.values import Proofs
 from stochopt.tuning.runs import RunRecorder
 
@@ -64,9 +66,13 @@ def supervise(rd: Path, run: dict, state: dict, start_text: str, baseline_text: 
     config = dict(run["config"])
     if config.get("opening_seed") is None:
         config["opening_seed"] = run["seed"]
+    betas = run_betas(run)  # each chain its own beta on the ladder
+    run_state.tempering = Tempering(betas, run["seed"],
+                                    config.get("restart_best_share", 0.5))
     jobs = [Job(i, str(rd), str(rd / SPEC_PY), run.get("name"), machine, baseline_text,
-                start_text, run["seed"] * 1000 + i, run["arms"], config, t0, deadline,
-                quota[i], previous.get(i), llm, checks_in_pool=workers > 0)
+                start_text, run["seed"] * 1000 + i, run["arms"], {**config, "beta": betas[i]},
+                t0, deadline, quota[i], previous.get(i), llm, checks_in_pool=workers > 0,
+                start_path=run_state.proved_plan, chains=run["chains"])
             for i in range(run["chains"])]
     executor = make_executor(run.get("ray"))
     # a process that holds a Ray connection must not fork (its gRPC threads do not
@@ -166,6 +172,9 @@ class _RunState:
         proved = best.get("verdict") is not None or best.get("proof") == LOWERING
         self.proved_cycles: float = best["cycles"] if proved else math.inf
         self.proved_text = (rd / BEST_LEIR).read_text()
+        # the best's plan from the run's start (None: unknown, or a run directory older
+        # than plans); a resumed run's chains start from best.leir, hence from it
+        self.proved_plan: list | None = best.get("plan")
         self.start_cycles = best["cycles"]
         self.announced: tuple[int, str] | None = None
         self.unproved: list[dict] = []   # candidates whose check was cut by the deadline
@@ -173,6 +182,9 @@ class _RunState:
         self.last_checkpoint = time.time()
         self.proofs = Proofs()  # value graphs proved in this session, by any chain
         self.tuning = RunRecorder(rd, run, self.stats.notes)  # the tuning database
+        self.tempering: Tempering | None = None  # the ladder's exchanges and restarts
+        # the best the chains were told of (text, plan): where restarts to the best go
+        self.restart_best = (self.proved_text, self.proved_plan)
 
     # -- the pool ---------------------------------------------------------------------
     def queue_start_and_pending(self, start_text: str) -> None:
@@ -203,16 +215,18 @@ class _RunState:
     def _announce(self) -> None:
         """Tell every chain the best to beat: the fastest kernel proved or waiting (which
         may be slower than the last one announced, when that one was refuted)."""
-        targets = [(self.proved_cycles, self.proved_text, True)]
+        targets = [(self.proved_cycles, self.proved_text, True, self.proved_plan)]
         fastest = self.pool.fastest() if self.pool is not None else None
         if fastest is not None:
-            targets.append((fastest.cycles, fastest.text, False))
+            plan = [] if fastest.event is None else fastest.event.get("plan")
+            targets.append((fastest.cycles, fastest.text, False, plan))
         target = min(targets, key=lambda target: target[0])
         if target[0] == math.inf:
             return
         if self.announced != target[:2]:
             self.announced = target[:2]
-            self.executor.send(None, ("best", target[1], target[0], target[2]))
+            self.restart_best = (target[1], target[3])
+            self.executor.send(None, ("best", target[1], target[0], target[2], target[3]))
 
     # -- messages ---------------------------------------------------------------------
     def take(self, message: tuple) -> None:
@@ -227,12 +241,17 @@ class _RunState:
         elif kind == "verdict":
             self._verdict(*message[1:])
         elif kind == "best":  # proved on the chain's path, or proved earlier
-            _, chain, text, cycles, facts = message
-            self._proved(text, cycles, facts, chain)
+            _, chain, text, cycles, facts, plan = message
+            self._proved(text, cycles, facts, chain, plan=plan)
             if self.pool is not None:
                 self._announce()
         elif kind == "state":
             self.chain_states[message[1]] = message[2]
+        elif kind == "temper":  # a chain's state, offered for an exchange on the ladder
+            for chain, reply in self.tempering.report(message[1], message[2]):
+                self.executor.send(chain, reply)
+        elif kind == "restart_due":  # the best, or another chain's state
+            self.executor.send(*self.tempering.restart_point(message[1], self.restart_best))
         elif kind == "restarted":  # its node died: the chain goes on elsewhere
             _, chain, why = message
             t = round(self.stats.elapsed(), 4)
@@ -258,7 +277,8 @@ class _RunState:
             pending.event.update(outcome="best", proved_earlier=facts["value_graph"])
             pending.event.pop("check", None)
             self._log(pending.event)
-            self._proved(pending.text, pending.cycles, facts, pending.chain, pending.t)
+            self._proved(pending.text, pending.cycles, facts, pending.chain, pending.t,
+                         pending.event.get("plan"))
             self._announce()
             return
         self.pool.add(pending)
@@ -275,7 +295,8 @@ class _RunState:
             pending.event["outcome"] = "best"
             self._log(pending.event)
             facts = self.proofs.record(parse(pending.text, self.machine), facts)
-            self._proved(pending.text, pending.cycles, facts, pending.chain, pending.t)
+            self._proved(pending.text, pending.cycles, facts, pending.chain, pending.t,
+                         pending.event.get("plan"))
         elif interrupted:
             self._cut(pending)
         else:
@@ -296,24 +317,25 @@ class _RunState:
                           else "this is a lowering bug: please report it")
         elif self.proved_cycles == math.inf:
             _write_best(self.rd, parse(pending.text, self.machine), self.spec, facts,
-                        self.machine, "start")
+                        self.machine, "start", plan=[])
             self.proved_cycles = pending.cycles
             self.tuning.best(self.rd)
 
     def _proved(self, text: str, cycles: int, facts: dict, chain: int,
-                t: float | None = None) -> None:
+                t: float | None = None, plan: list | None = None) -> None:
         from stochopt.search.optimize import _write_best
         if cycles >= self.proved_cycles:
             return
         t = self.stats.elapsed() if t is None else t
         _write_best(self.rd, parse(text, self.machine), self.spec, facts, self.machine,
-                    "search", t, chain)
+                    "search", t, chain, plan=plan)
         self.tuning.best(self.rd)
-        self.proved_cycles, self.proved_text = cycles, text
+        self.proved_cycles, self.proved_text, self.proved_plan = cycles, text, plan
         self.stats.best_cycles = cycles
-        self.stats.keep_best(text, cycles, facts, chain)
+        self.stats.keep_best(text, cycles, facts, chain, plan)
         if self.pool is None:
-            self.executor.send(None, ("best", text, cycles, True))
+            self.restart_best = (text, plan)
+            self.executor.send(None, ("best", text, cycles, True, plan))
 
     def _settle(self, pending: Pending, outcome: str, error: str | None,
                 counterexample: bool = False) -> None:
@@ -343,6 +365,7 @@ class _RunState:
             "finished": finished, "best_cycles": self.stats.best_cycles,
             "tokens": self.stats.tokens, "cost_usd": self.stats.cost_usd,
             "bests": self.stats.bests, "stopped_by": stopped_by,
+            "tempering": self.tempering.state() if self.tempering else None,
             "pending": [p.to_json() for p in waiting if p.check_id != START]})
         self.log.flush()
         self.tuning.stats(self.stats.moves)
@@ -402,6 +425,13 @@ class _RunState:
             round(stats.cost_usd, 6), list(stats.errors), list(stats.notes),
             record["cycles"] if record else None, record["path"] if record else None, signum,
             stats.start)
+
+
+def run_betas(run: dict) -> list[float]:
+    """The ladder of a run, from its config (a run.json older than tempering: one beta)."""
+    config = run["config"]
+    beta = config.get("beta", ChainConfig.beta)
+    return beta_ladder(beta, config.get("hottest_beta", beta), run["chains"])
 
 
 def _quotas(max_proposals, chains: int) -> list[int | None]:

@@ -7,8 +7,6 @@ earlier nodes.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from stochopt.leir.ir import Kernel, Node, build
 from stochopt.leir.rules import Const
 
@@ -21,8 +19,13 @@ def rebuild(kernel: Kernel, nodes: list[Node], output: int, machine) -> Kernel:
 
 
 def remap(node: Node, mapping: dict[int, int]) -> Node:
+    """The node with its operands renumbered by ``mapping`` (itself if none moves)."""
+    if not any(a in mapping for a in node.inputs):
+        return node
     args = tuple(a if isinstance(a, Const) else mapping.get(a, a) for a in node.args)
-    return node if args == node.args else replace(node, args=args)
+    if args == node.args:
+        return node
+    return Node(node.op, args, node.attrs, node.type, node.name, node.line)
 
 
 def remove_dead(nodes: list[Node], output: int) -> tuple[list[Node], int]:

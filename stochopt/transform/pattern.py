@@ -264,6 +264,12 @@ class Rule:
     apply: Callable[[Kernel, Any, Any, random.Random | None], Kernel | None]
     weight: float = 1.0  # how often the proposer picks it, among the rules that apply
     pattern: Pat | None = None  # local rules: the shape rewritten
+    # the work of one application, in kernels made and costed (one for most rules): what
+    # a proposal that applies it costs the bandit
+    units: float = 1.0
+    # changes values beyond rounding order (fewer mantissa bits): the precision check
+    # decides, and the lookahead screens a plan that uses it before handing it out
+    lossy: bool = False
     # rules that draw a parameter: the values it may take at a site, ``(kernel, site,
     # machine) -> list``; apply then takes ``option=`` (a plan's step names it) or draws
     # it with ``rng.choice`` from this same list

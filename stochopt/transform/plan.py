@@ -62,6 +62,11 @@ class Step:
         return f"{self.rule} at site {self.site}{option}"
 
 
+def plan_units(steps: Sequence[Step]) -> float:
+    """The work of applying a plan, in kernels made and costed (Rule.units each)."""
+    return sum(RULES_BY_NAME[s.rule].units for s in steps) or 1.0
+
+
 def plan_to_json(steps: Sequence[Step]) -> list[list]:
     return [s.to_json() for s in steps]
 
@@ -98,7 +103,7 @@ def apply_step(kernel: Kernel, step: Step, machine) -> Kernel:
         raise PlanError(f"{step.rule} at site {step.site} takes option "
                         f"{' or '.join(map(str, options)) or 'none here'}, not {step.option}")
     try:
-        out = _apply(rule, kernel, site, step.option, machine)
+        out = apply_at(rule, kernel, site, step.option, machine)
     except StochoptError as e:
         raise PlanError(f"{step.rule} at site {step.site}: {e}") from None
     if out is None:
@@ -106,7 +111,9 @@ def apply_step(kernel: Kernel, step: Step, machine) -> Kernel:
     return out
 
 
-def _apply(rule: Rule, kernel: Kernel, site: Any, option, machine) -> Kernel | None:
+def apply_at(rule: Rule, kernel: Kernel, site: Any, option, machine) -> Kernel | None:
+    """The rule at a site it found, with the option where it takes one (None where it
+    declines; StochoptError where it refuses)."""
     if rule.options is None:
         return rule.apply(kernel, site, machine, None)
     return rule.apply(kernel, site, machine, None, option=option)
@@ -167,10 +174,31 @@ def every_step(kernel: Kernel, machine, rng: random.Random | None = None,
                     continue
             for option in chosen:
                 try:
-                    out = _apply(rule, kernel, site, option, machine)
+                    out = apply_at(rule, kernel, site, option, machine)
                 except StochoptError as e:
                     out = e
                 yield Step(rule.name, index, option), out
+
+
+def applicable(kernel: Kernel, rules: Sequence[Rule] = RULES) -> list[tuple[Rule, list]]:
+    """The rules that apply to the kernel, each with its sites."""
+    return [(r, s) for r in rules for s in [r.find(kernel)] if s]
+
+
+def draw_step(kernel: Kernel, found: list[tuple[Rule, list]], rng: random.Random, machine,
+              weights: Mapping[str, float] | None = None) -> tuple[Rule, Any, Step] | None:
+    """The rewrite proposer's draw among ``found`` (applicable's list): a rule by
+    weight, a site and an option uniformly. (rule, site, step); the step's option is None
+    where the rule has no option to take here. None: no rule applies."""
+    if not found:
+        return None
+    rule, sites = weighted_choice(rng, found, [r.name for r, _ in found],
+                                  [r.weight for r, _ in found], weights)
+    index = rng.randrange(len(sites))
+    if rule.options is None:
+        return rule, sites[index], Step(rule.name, index)
+    options = rule.options(kernel, sites[index], machine)
+    return rule, sites[index], Step(rule.name, index, rng.choice(options) if options else None)
 
 
 def random_step(kernel: Kernel, rng: random.Random, machine,
@@ -178,16 +206,33 @@ def random_step(kernel: Kernel, rng: random.Random, machine,
                 ) -> Step | None:
     """A rule drawn by weight among those that apply here, a site and an option drawn
     uniformly: the rewrite proposer's draw, as a step (None: no rule applies)."""
-    applicable = [(r, s) for r in rules for s in [r.find(kernel)] if s]
-    if not applicable:
+    drawn = draw_step(kernel, applicable(kernel, rules), rng, machine, weights)
+    if drawn is None:
         return None
-    rule, sites = weighted_choice(rng, applicable, [r.name for r, _ in applicable],
-                                  [r.weight for r, _ in applicable], weights)
-    index = rng.randrange(len(sites))
-    if rule.options is None:
-        return Step(rule.name, index)
-    options = rule.options(kernel, sites[index], machine)
-    return Step(rule.name, index, rng.choice(options)) if options else None
+    rule, _, step = drawn
+    return None if rule.options is not None and step.option is None else step
+
+
+def propose_step(kernel: Kernel, rng: random.Random, machine,
+                 weights: Mapping[str, float] | None = None, rules: Sequence[Rule] = RULES,
+                 found: list[tuple[Rule, list]] | None = None
+                 ) -> tuple[Step | None, Kernel | None]:
+    """The rewrite proposer: a random step (random_step's draw) and the kernel it makes
+    (None where the rule declines; StochoptError, its ``move`` the rule, where it
+    refuses). (None, None) when no rule applies. ``found``: ``applicable(kernel, rules)``
+    when the caller has it already."""
+    found = applicable(kernel, rules) if found is None else found
+    drawn = draw_step(kernel, found, rng, machine, weights)
+    if drawn is None:
+        return None, None
+    rule, site, step = drawn
+    if rule.options is not None and step.option is None:
+        return step, None  # no option to take at this site: the rule declines
+    try:
+        return step, apply_at(rule, kernel, site, step.option, machine)
+    except StochoptError as e:
+        e.move = rule.name
+        raise
 
 
 # -- the menu: what applies to a kernel now, numbered ----------------------------------

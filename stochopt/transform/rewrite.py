@@ -35,7 +35,6 @@ from stochopt.transform.pattern import PatternMatcher, Rule
 from stochopt.transform.reduce_tiling import tile_reduction, where_tile_reduction
 from stochopt.transform.schedule import schedule
 from stochopt.transform.tiling import tile_output, where_tile_output
-from stochopt.transform.weights import weighted_choice
 
 MATCHER = PatternMatcher(MOVEMENT + DTYPES + ARITHMETIC)
 LOCAL = MATCHER.rules()
@@ -184,6 +183,9 @@ def list_schedule(k: Kernel, site, machine, rng=None) -> Kernel | None:
     return None if out is k else out
 
 
+# list scheduling makes and costs a kernel per candidate order, and the given one
+SCHEDULE_UNITS = 6.0
+
 # The rules, in the order docs/search.md lists them (and the proposer draws from), with
 # the weight the proposer gives each (STOKE's weighted transforms): data, not code.
 # Local rules are pattern entries (local_rules.py); the rest are functions.
@@ -202,7 +204,7 @@ RULES: list[Rule] = [
          _where_store_parts, store_parts),
     LOCAL["drop_widening_cast_pair"],
     LOCAL["bf16_matmul_operands"],
-    LOCAL["round_matmul_operands_to_bf16"],
+    replace(LOCAL["round_matmul_operands_to_bf16"], lossy=True),
     LOCAL["multiply_by_reciprocal"],
     LOCAL["divide_by_constant_as_multiply"],
     LOCAL["fold_scales"],
@@ -223,7 +225,7 @@ RULES: list[Rule] = [
       "tiles), a @ b -> sum(a[:, tile t] @ b[tile t]): cut a reduced axis into 2, 4 or 8 "
       "tiles through the whole kernel (flash-decoding), partial sums, maxima and matmuls "
       "combined once; then list-scheduled",
-         where_tile_reduction, tile_reduction_scheduled),
+         where_tile_reduction, tile_reduction_scheduled, units=SCHEDULE_UNITS),
     Rule("propagate_layout", "relayout(x, B) in a layout group -> x, the group's loads, "
       "fulls and relayouts re-derived from layout_of(x) (or from one load's layout)",
          where_propagate_layout, propagate_layout),
@@ -239,10 +241,11 @@ RULES: list[Rule] = [
          forms.where_reduce_by_relayout, forms.reduce_by_relayout),
     Rule("split_matmul_operand_hi_lo", "a32 @ cast(b16, f32) -> bf16(a32) @ b16 + "
       "bf16(a32 - bf16(a32)) @ b16: lossy, the precision check decides",
-         forms.where_split_matmul_operand_hi_lo, forms.split_matmul_operand_hi_lo),
+         forms.where_split_matmul_operand_hi_lo, forms.split_matmul_operand_hi_lo,
+         lossy=True),
     Rule("list_schedule", "reorder ops (depth first, loads d ahead) when the cost model "
       "finds the order faster",
-         _where_list_schedule, list_schedule, weight=0.5),
+         _where_list_schedule, list_schedule, weight=0.5, units=SCHEDULE_UNITS),
 ]
 
 
@@ -260,14 +263,9 @@ def rewrites(kernel: Kernel, machine, rng: random.Random | None = None
 
 def propose_rewrite(kernel: Kernel, rng: random.Random, machine,
                     weights: Mapping[str, float] | None = None) -> tuple[str, Kernel | None]:
-    """Apply a random rule (drawn by weight among those that apply) at a random place."""
-    applicable = [(r, s) for r in RULES for s in [r.find(kernel)] if s]
-    if not applicable:
-        return "none", None
-    r, sites = weighted_choice(rng, applicable, [r.name for r, _ in applicable],
-                               [r.weight for r, _ in applicable], weights)
-    try:
-        return r.name, r.apply(kernel, rng.choice(sites), machine, rng)
-    except StochoptError as e:
-        e.move = r.name
-        raise
+    """Apply a random rule (drawn by weight among those that apply) at a random place:
+    (its name, the kernel, or None where it declines). The draw is plan.propose_step's,
+    which also names the step."""
+    from stochopt.transform.plan import propose_step  # plan.py reads RULES from here
+    step, out = propose_step(kernel, rng, machine, weights)
+    return ("none", None) if step is None else (step.rule, out)

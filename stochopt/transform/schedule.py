@@ -16,9 +16,9 @@ Reordering never changes a value: every op still reads the same operands.
 
 from __future__ import annotations
 
-from stochopt.backend.cost import cost
+from stochopt.backend.cost import cycles
 from stochopt.errors import StochoptError
-from stochopt.leir.ir import Kernel, build
+from stochopt.leir.ir import Kernel
 from stochopt.transform.edit import remap
 
 PREFETCH_DISTANCES = (1, 2, 4, None)  # None: every load as early as it can go
@@ -73,10 +73,15 @@ def prefetched(kernel: Kernel, order: list[int], distance: int | None) -> list[i
 
 
 def reorder(kernel: Kernel, order: list[int], machine) -> Kernel:
-    """The kernel with its live nodes in ``order`` (a topological order of them)."""
+    """The kernel with its live nodes in ``order`` (a topological order of them). A
+    reorder changes no node's op, operands, attributes or type, so every node keeps its
+    type and its term (no type rule runs again) and the kernel stays legal."""
     index = {old: new for new, old in enumerate(order)}
-    nodes = [remap(kernel.nodes[i], index) for i in order]
-    return build(kernel.name, nodes, index[kernel.output], machine, kernel.spec_path)
+    nodes = tuple(remap(kernel.nodes[i], index) for i in order)
+    out = Kernel(kernel.name, nodes, index[kernel.output], kernel.spec_path)
+    terms = kernel.terms
+    object.__setattr__(out, "_terms", tuple(terms[i] for i in order))  # as Builder does
+    return out
 
 
 def candidate_orders(kernel: Kernel) -> list[list[int]]:
@@ -98,14 +103,16 @@ def schedule(kernel: Kernel, machine) -> Kernel:
             candidate = reorder(kernel, order, machine)
         except StochoptError:
             continue
-        cycles = _cycles(candidate, machine)
-        if cycles < best_cycles:
-            best, best_cycles = candidate, cycles
+        candidate_cycles = _cycles(candidate, machine)
+        if candidate_cycles < best_cycles:
+            best, best_cycles = candidate, candidate_cycles
     return best
 
 
 def _cycles(kernel: Kernel, machine) -> float:
+    """The kernel's cycles (the cost model's cycle count alone, remembered per kernel:
+    the chain asks again for the order it keeps)."""
     try:
-        return cost(kernel, machine).cycles
+        return cycles(kernel, machine)
     except StochoptError:  # out of PE memory in this order
         return float("inf")

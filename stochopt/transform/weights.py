@@ -1,11 +1,11 @@
-"""Move weights as data, as STOKE weighs its transforms: how often each mutation move
-and rewrite rule is drawn when its proposer is chosen.
+"""Move weights as data, as STOKE weighs its transforms: how often each mutation move,
+rewrite rule and compound move is drawn when its proposer is chosen.
 
 Each move and rule has a default weight in its table (mutate.WEIGHTS, Rule.weight in
-rewrite.RULES). ChainConfig.move_weights overrides them by name, so run.json records
-them with the rest of the config: a weight is relative within its proposer ({"swap": 3}
-makes swap three times as likely as a move of weight 1); 0 turns a move off; a name left
-out keeps its table's weight.
+rewrite.RULES, compound.COMPOUND_WEIGHTS). ChainConfig.move_weights overrides them by
+name, so run.json records them with the rest of the config: a weight is relative within
+its proposer ({"swap": 3} makes swap three times as likely as a move of weight 1); 0
+turns a move off; a name left out keeps its table's weight.
 """
 
 from __future__ import annotations
@@ -34,9 +34,10 @@ def weighted_choice(rng: random.Random, items: Sequence[T], names: Sequence[str]
 
 
 def known_moves() -> set[str]:
+    from stochopt.transform.compound import COMPOUND_WEIGHTS
     from stochopt.transform.mutate import MOVES
     from stochopt.transform.rewrite import RULES
-    return set(MOVES) | {r.name for r in RULES}
+    return set(MOVES) | {r.name for r in RULES} | set(COMPOUND_WEIGHTS)
 
 
 def check_move_weights(weights: Mapping[str, float] | None) -> dict[str, float]:

@@ -113,3 +113,28 @@ def test_the_opening_earns_the_bandit_nothing(softmax):
     assert event["move"] == "fixpoint"
     assert all(arm.proposals == 0 and arm.improvement == 0
                for arm in chain.proposer.bandit.arms.values())
+
+
+def test_a_refuted_opening_is_descended_again_from_the_start(softmax):
+    """A full check refutes the opening's kernel (a lossy step passed the screening):
+    its counterexample joins the screening inputs and the chain descends again from the
+    start, past that kernel, with a plan from the start."""
+    from stochopt.transform.plan import apply_plan
+    _, baseline = softmax
+    chain = make_chain(softmax, ["mutate", "rewrite"], seed=0)
+    chain.checks.checks_elsewhere = True
+    first = first_proposal(chain)
+    screening_error = chain.objective.error
+    refuted = first.kernel.native_key
+
+    def with_counterexample(kernel, bound=float("inf")):  # as a new screening input does
+        return 11.0 if kernel.native_key == refuted else screening_error(kernel, bound)
+
+    chain.objective.error = with_counterexample
+    chain.checks.recost()  # what a refutation does
+    again = first_proposal(chain)
+    assert again.move == "fixpoint" and again.kernel.native_key != refuted
+    assert again.steps is None and again.path is not None
+    replay = apply_plan(baseline, again.path, MNCORE2)
+    assert replay.stopped is None and replay.kernel.terms == again.kernel.terms
+    assert first_proposal(chain).move != "fixpoint"  # once per refutation

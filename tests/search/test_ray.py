@@ -118,6 +118,9 @@ def test_a_search_across_two_nodes_survives_losing_one(cluster, tmp_path):
     assert result.stopped_by == "budget"
     assert result.verified and result.best_cycles < result.baseline_cycles
     assert read_json(run_dir / "run.json")["chains"] == 2  # the cluster's CPUs
+    # the tempering ladder spans the nodes: the chains' reports met in the driver
+    ladder = read_json(run_dir / "checkpoint.json")["tempering"]
+    assert len(ladder["betas"]) == 2 and ladder["attempts"][0] >= 1
     restarts = [e for e in read_events(run_dir / "events.jsonl")
                 if e.get("event") == "chain_restarted"]
     assert len(restarts) == 1 and "started again from its last state" in restarts[0]["why"]
