@@ -70,6 +70,7 @@ class LLMServer:
         self.context_tokens, self.chars_per_token = context_tokens, chars_per_token
         self.listing = listing or {}
         self.requests: list[dict] = []
+        self.probes: list[dict] = []   # probes of constrained decoding (structured.py)
         self.lock = threading.Lock()
         self.httpd = _QuietServer(("127.0.0.1", 0), _handler(self))
         # A short poll: shutdown() waits up to one poll, and every test stops a server.
@@ -86,11 +87,19 @@ class LLMServer:
 
     def next_step(self, body) -> dict:
         with self.lock:
+            if is_probe(body):  # a probe of constrained decoding: not part of the script
+                self.probes.append(body)
+                return self.answer_probe(body)
             self.requests.append({"body": body, "time": time.time()})
             refused = self.over_context(body)
             if refused:
                 return refused
             return self.script.pop(0) if self.script else self.default
+
+    def answer_probe(self, body) -> dict:
+        """This server ignores every constraint field, as llama.cpp does a field it does
+        not know (subclasses enforce or refuse them)."""
+        return reply("Hello.")
 
     def prompt_tokens(self, body) -> int:
         """The prompt's tokens as this server counts them."""
@@ -131,6 +140,11 @@ class LLMServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def is_probe(body) -> bool:
+    from stochopt.llm.structured import PROBE_MESSAGES
+    return isinstance(body, dict) and body.get("messages") == PROBE_MESSAGES
 
 
 class _QuietServer(ThreadingHTTPServer):

@@ -111,7 +111,7 @@ class ChainProposer:
             arm = "mutate"  # no reply ready yet: keep the chain busy meanwhile
         for attempt in range(16):  # a move that does not apply here is redrawn
             try:
-                move, proposed = BUILTIN[arm](kernel, rng, self.machine, self.weights)
+                move, proposed = BUILTIN[arm](kernel, rng, self.machine, self._weights(arm))
             except ParseError as e:
                 return Candidate(arm, getattr(e, "move", "?"), error=str(e),
                                  outcome="parse_error")
@@ -122,6 +122,13 @@ class ChainProposer:
             if attempt >= 3:
                 arm = "mutate"  # nothing of this proposer applies to the current kernel
         return Candidate(arm, "none", error="no move applies", outcome="invalid")
+
+    def _weights(self, arm: str):
+        """The move weights of one draw: the rewrite arm's rules weigh more after the
+        LLM's plans that used them were accepted (bounded and decaying, stochopt/llm/
+        steering.py)."""
+        steer = getattr(self.llm, "rule_weights", None) if arm == "rewrite" else None
+        return steer(self.weights) if steer is not None else self.weights
 
     def feedback(self, cand: Candidate, event: dict, improvement: float) -> None:
         """The chain's verdict: into the LLM's next prompt and the bandit's scores."""
