@@ -14,6 +14,7 @@ root on sys.path.
 from __future__ import annotations
 
 import json
+import random
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -215,3 +216,106 @@ def _handler(server: LLMServer):
                 pass  # the client gave up (a timeout test): nothing to do
 
     return Handler
+
+
+# -- servers that constrain decoding (or refuse to) ------------------------------------------
+
+def constraint_fields(body: dict) -> dict[str, object]:
+    """The constraints a request carries, by dialect (stochopt/llm/structured.py): the
+    schema or the grammar each names."""
+    found: dict[str, object] = {}
+    response_format = body.get("response_format")
+    if isinstance(response_format, dict):
+        if response_format.get("type") == "json_schema":
+            found["json_schema"] = (response_format.get("json_schema") or {}).get("schema")
+        elif response_format.get("type") == "json_object":
+            found["json_object"] = response_format.get("schema")
+    if "grammar" in body:
+        found["grammar"] = body["grammar"]
+    if "structured_outputs" in body:
+        found["structured_outputs"] = (body["structured_outputs"] or {}).get("grammar")
+    return found
+
+
+class ConstrainingServer(LLMServer):
+    """A server that decodes under the constraints it takes, as a real one would: a
+    scripted reply that obeys them is sent as is, one that does not is replaced by a text
+    that does (a schema's first valid instance, a sample of the grammar). Dialects in
+    ``refuses`` get a 400 that names the field (OpenAI's answer to one it does not know);
+    the rest are ignored. OpenAI's shape: takes json_schema, refuses the grammars; vLLM's:
+    takes json_schema and structured_outputs, ignores grammar."""
+
+    def __init__(self, *args, takes=(), refuses=(), seed: int = 0, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.takes, self.refuses = set(takes), set(refuses)
+        self.rng = random.Random(seed)
+        self.constrained: list[dict] = []   # (dialect, constraint) of each request obeyed
+
+    def next_step(self, body) -> dict:
+        found = constraint_fields(body) if isinstance(body, dict) else {}
+        refused = sorted(set(found) & self.refuses)
+        if refused:
+            with self.lock:
+                (self.probes if is_probe(body) else self.requests).append({"body": body})
+            field = "response_format" if refused[0].startswith("json") else refused[0]
+            return error(400, message=f"Unrecognized request argument supplied: {field}")
+        step = super().next_step(body)
+        taken = {d: c for d, c in found.items() if d in self.takes}
+        if not taken or step["kind"] != "reply":
+            return step
+        dialect, constraint = next(iter(taken.items()))
+        with self.lock:
+            self.constrained.append({"dialect": dialect, "constraint": constraint})
+        return {**step, "contents": [self.obey(dialect, constraint, c)
+                                     for c in step["contents"]]}
+
+    def obey(self, dialect: str, constraint, content: str) -> str:
+        from stochopt.llm import gbnf
+
+        if dialect.startswith("json"):
+            try:
+                if schema_accepts(constraint, json.loads(content)):
+                    return content
+            except ValueError:
+                pass
+            return json.dumps(first_instance(constraint))
+        grammar = gbnf.from_gbnf(constraint)
+        if gbnf.accepts(grammar, content):
+            return content
+        return gbnf.sample(grammar, self.rng, depth=10)
+
+
+def schema_accepts(schema: dict, value) -> bool:
+    """The JSON schema keywords the plans and probes use: type, enum, properties,
+    required, additionalProperties, items, minItems, maxItems."""
+    if "enum" in schema and value not in schema["enum"]:
+        return False
+    kind = schema.get("type")
+    if kind == "object":
+        if not isinstance(value, dict) or any(k not in value for k in schema.get("required", [])):
+            return False
+        properties = schema.get("properties", {})
+        if schema.get("additionalProperties") is False and set(value) - set(properties):
+            return False
+        return all(schema_accepts(properties[k], v) for k, v in value.items() if k in properties)
+    if kind == "array":
+        return isinstance(value, list) and schema.get("minItems", 0) <= len(value) <= \
+            schema.get("maxItems", len(value)) and all(schema_accepts(schema["items"], v)
+                                                        for v in value)
+    if kind == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "string":
+        return isinstance(value, str)
+    return True
+
+
+def first_instance(schema: dict):
+    """The simplest value a schema accepts (what a constrained model writes at worst)."""
+    if "enum" in schema:
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if kind == "object":
+        return {k: first_instance(schema["properties"][k]) for k in schema.get("required", [])}
+    if kind == "array":
+        return [first_instance(schema["items"])] * max(1, schema.get("minItems", 0))
+    return {"integer": 0, "string": ""}.get(kind)

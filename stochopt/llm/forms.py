@@ -93,12 +93,16 @@ def answer_text(form: str, constrained: bool) -> str:
 
 # -- reading a plan -------------------------------------------------------------------------
 
-_LIST = re.compile(r"\[\s*(\d+(?:\s*,\s*\d+)*)\s*,?\s*\]")
+# a list of numbers on a line of its own, or after the word steps or plan (not any list
+# in the text: "f32[128,1024]" is no plan)
+_LIST = re.compile(r"(?:\b(?:steps|plan)\b[^\[\]\n]{0,12}|^[ \t]*)"
+                   r"\[\s*(\d+(?:\s*,\s*\d+)*)\s*,?\s*\]", re.I | re.M)
 
 
 def read_plan(text: str) -> list[int]:
     """The entry numbers of a plan reply: the first JSON object with "steps" (or
-    "plan"), else the first bracketed list of numbers; ParseError when there is none.
+    "plan"), else a bracketed list of numbers on a line of its own or after the word
+    steps or plan; ParseError when there is none.
     Constrained or free, every plan reply is read here."""
     text = re.sub(r"<think>.*?(?:</think>|\Z)", "", text, flags=re.S)
     decoder = json.JSONDecoder()

@@ -340,37 +340,50 @@ PRINTABLE = [chr(c) for c in range(32, 127)] + ["\n"]
 
 def sample(grammar: Grammar, rng: random.Random, rule: str = "root", depth: int = 24,
            repeat_mean: float = 1.5) -> str:
-    """A text of ``rule`` drawn at random: alternatives uniformly, repetitions a few
-    times; past ``depth`` nested rules, the way out that nests least."""
-    heights = _heights(grammar)
-    out: list[str] = []
+    """A text of ``rule`` drawn at random (see Sampler; one draw)."""
+    return Sampler(grammar).draw(rng, rule, depth, repeat_mean)
 
-    def draw(e: Expr, left: int) -> None:
-        if isinstance(e, Lit):
-            out.append(e.text)
-        elif isinstance(e, Chars):
-            out.append(rng.choice(_class_choices(e.spec)))
-        elif isinstance(e, Ref):
-            draw(grammar[e.name], left - 1)
-        elif isinstance(e, Seq):
-            for item in e.items:
-                draw(item, left)
-        elif isinstance(e, Alt):
-            options = e.options
-            if left <= 0:
-                least = min(_height(o, heights) for o in options)
-                options = [o for o in options if _height(o, heights) == least]
-            draw(rng.choice(options), left)
-        else:
-            count = e.low
-            extra = e.high - e.low if e.high is not None else 8
-            while left > 0 and extra > 0 and rng.random() < repeat_mean / (1 + repeat_mean):
-                count, extra = count + 1, extra - 1
-            for _ in range(count):
-                draw(e.item, left)
 
-    draw(Ref(rule), depth)
-    return "".join(out)
+class Sampler:
+    """Draws texts of a grammar: alternatives uniformly, repetitions a few times; past
+    ``depth`` nested rules, the way out that nests least."""
+
+    def __init__(self, grammar: Grammar) -> None:
+        self.grammar = grammar
+        self.heights = _heights(grammar)
+
+    def draw(self, rng: random.Random, rule: str = "root", depth: int = 24,
+             repeat_mean: float = 1.5) -> str:
+        grammar, heights = self.grammar, self.heights
+        out: list[str] = []
+
+        def draw(e: Expr, left: int) -> None:
+            if isinstance(e, Lit):
+                out.append(e.text)
+            elif isinstance(e, Chars):
+                out.append(rng.choice(_class_choices(e.spec)))
+            elif isinstance(e, Ref):
+                draw(grammar[e.name], left - 1)
+            elif isinstance(e, Seq):
+                for item in e.items:
+                    draw(item, left)
+            elif isinstance(e, Alt):
+                options = e.options
+                if left <= 0:
+                    least = min(_height(o, heights) for o in options)
+                    options = [o for o in options if _height(o, heights) == least]
+                draw(rng.choice(options), left)
+            else:
+                count = e.low
+                extra = e.high - e.low if e.high is not None else 8
+                while left > 0 and extra > 0 and \
+                        rng.random() < repeat_mean / (1 + repeat_mean):
+                    count, extra = count + 1, extra - 1
+                for _ in range(count):
+                    draw(e.item, left)
+
+        draw(Ref(rule), depth)
+        return "".join(out)
 
 
 @cache

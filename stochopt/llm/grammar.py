@@ -15,7 +15,7 @@ LEIR; what a context-free grammar cannot see is left to the parser and the check
   axes;
 - types: every ConstraintError (shapes, layouts, dtypes, memory).
 
-tests/llm/test_grammar.py holds the grammar and the parser to exactly that, both ways.
+tests/search/test_llm_grammar.py holds the grammar and the parser to exactly that, both ways.
 """
 
 from __future__ import annotations

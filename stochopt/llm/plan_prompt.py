@@ -3,8 +3,10 @@ apply to it now (stochopt.transform.plan.menu, each with the kernel's cycles aft
 the plans tried before, the request's focus.
 
 It carries no language reference, so it is a fraction of a kernel prompt. Its levels
-keep the richest that fits the budget: the spec, the kernel with its profile, a line per
-rule of the menu and 40 entries; then the kernel and 24 entries; then 12 entries alone.
+keep the richest that fits an eighth of the model's context: the spec, the kernel with
+its profile, a line per rule of the menu and 40 entries; then the kernel and 24 entries;
+then 12 entries alone. A model of an 8k context (a small one, read slowly on a CPU) gets
+the last; one of 32k and more the first.
 The menu keeps the entries the cost model likes best (plan.menu's ``limit``), numbered in
 the rules' order.
 """
@@ -22,6 +24,7 @@ from stochopt.llm.prompt import Prompt, PromptBuilder, fill, profile_text
 from stochopt.llm.variants import FOCI
 from stochopt.transform.plan import RULES_BY_NAME, Entry, menu, render_menu
 
+PLAN_SHARE = 1 / 8      # of the model's context a plan prompt may take (speed, not room)
 MENU_SECONDS = 5.0      # estimating the menu's cycles stops here (the rest unestimated)
 SITE_CHARS = 72         # a site's statement is cut here in the menu
 
@@ -62,11 +65,15 @@ class PlanPrompts:
             "machine_name": builder.machine.name, "max_steps": MAX_PLAN_STEPS})
 
     def build(self, kernel, failures: list[dict], budget_tokens: int, estimate,
-              focus: str = "open") -> PlanPrompt:
-        """The richest plan prompt whose estimate fits the budget (the last, marked as not
-        fitting, when none does). Its ``entries`` are the menu it lists."""
+              focus: str = "open", context_tokens: int | None = None) -> PlanPrompt:
+        """The richest plan prompt whose estimate fits the budget and, given the model's
+        context, PLAN_SHARE of it (a model of a small context reads slowly: it gets the
+        smallest prompt that still fits its whole budget). Its ``entries`` are the menu it
+        lists; the last level, marked as not fitting, when none fits the budget."""
         profile = cost(kernel, self.b.machine)
         text = render(kernel)
+        share = budget_tokens if context_tokens is None else min(
+            budget_tokens, int(PLAN_SHARE * context_tokens))
         prompt = None
         for index, level in enumerate(PLAN_LEVELS):
             entries = _menu(text, self.b.machine, level.menu)
@@ -74,8 +81,9 @@ class PlanPrompts:
                         {"role": "user", "content": self.user(kernel, text, profile, entries,
                                                               failures, level, focus)}]
             tokens = estimate(messages)
+            last = index == len(PLAN_LEVELS) - 1
             prompt = PlanPrompt(messages, index, tokens, tokens <= budget_tokens, entries)
-            if prompt.fits:
+            if tokens <= share or (last and prompt.fits):
                 break
         return prompt
 
@@ -85,8 +93,10 @@ class PlanPrompts:
         busiest = profile.bottleneck()
         bottleneck = f"{busiest} ({100 * profile.busy_fraction()[busiest]:.0f}% busy)"
         kernel_section = ""
-        if level.kernel:
-            kernel_section = f"\n```leir\n{text.rstrip()}\n```\n"
+        if level.kernel:   # (without its "# spec: PATH" line: the spec is shown above)
+            body = "\n".join(line for line in text.splitlines()
+                             if not line.startswith("# spec:"))
+            kernel_section = f"\n```leir\n{body}\n```\n"
         if level.profile:
             kernel_section += ("\nProfile (* marks the critical path):\n\n"
                                f"{profile_text(kernel, profile, critical_only=True)}\n")
@@ -117,10 +127,14 @@ def _menu(text: str, machine, limit: int) -> tuple[Entry, ...]:
 
 
 def _short(where: str) -> str:
-    if len(where) <= SITE_CHARS:
+    """A site in at most about SITE_CHARS characters: the statement is cut, never what
+    follows it (the axis, factor, level or tile count that tell entries apart)."""
+    if len(where) <= SITE_CHARS or not where.startswith("`"):
         return where
-    return where[:SITE_CHARS - 4] + "...`" if where.startswith("`") else \
-        where[:SITE_CHARS - 3] + "..."
+    end = where.index("`", 1) if "`" in where[1:] else len(where)
+    statement, rest = where[1:end], where[end + 1:]
+    room = max(32, SITE_CHARS - len(rest) - 5)
+    return f"`{statement[:room]}...`{rest}" if len(statement) > room else where
 
 
 def rules_text(entries) -> str:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from stochopt.llm.client import RequestFailed
 
@@ -113,26 +114,33 @@ class Structured:
                     return note
         return None
 
-    def probe(self, client, overrides: dict) -> list[str]:
-        """Auto mode, once: try each dialect with a small request; keep those obeyed.
-        Returns the lines to show (what the endpoint was found to take)."""
+    def probe(self, client, overrides: dict, shared: Path | None = None) -> list[str]:
+        """Auto mode, once: try the dialects of each family with a small request until one
+        is obeyed; keep it. Returns the lines to show (a family the endpoint does not
+        constrain by). With ``shared`` (a file in the run directory), the chains of a run
+        probe once between them: the first writes what it found, the others read it."""
         with self._lock:
             if self.probed or self.mode != "auto":
                 return []
             self.probed = True
-        found = {}
-        for family, options in DIALECTS.items():
-            found[family] = [d for d in options if self._works(client, overrides, d)]
+        if shared is None:
+            found = self._probe_all(client, overrides)
+        else:
+            found = _once_per_run(shared, lambda: self._probe_all(client, overrides))
         with self._lock:
-            self.usable = {family: found[family][:1] for family in DIALECTS}
+            self.usable = {family: list(found.get(family) or [])[:1] for family in DIALECTS}
         lines = []
         for family in DIALECTS:
-            if not found[family]:
+            if not self.usable[family]:
                 lines.append(f"the endpoint does not constrain replies by "
                              f"{'JSON schema' if family == JSON else 'grammar'}: "
                              f"{self._consequence(family)}")
         self.notes.extend(lines)
         return lines
+
+    def _probe_all(self, client, overrides: dict) -> dict[str, list[str]]:
+        return {family: next(([d] for d in options if self._works(client, overrides, d)), [])
+                for family, options in DIALECTS.items()}
 
     @staticmethod
     def _works(client, overrides: dict, dialect: str) -> bool:
@@ -155,3 +163,19 @@ class Structured:
                 "plans are read from free text with the same parser"
         plans = "" if self.usable[JSON] else " and plans"
         return f"kernels, edits{plans} are read from free text with the same parsers"
+
+
+def _once_per_run(path: Path, probe) -> dict:
+    """What ``probe()`` found, computed by the first process to get here and read from
+    ``path`` by the others (they wait on a lock beside it meanwhile)."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            found = probe()
+            path.write_text(json.dumps(found))
+            return found

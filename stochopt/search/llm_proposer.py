@@ -67,6 +67,7 @@ MAX_COOLDOWN_S = 300.0         # the longest pause after failed requests
 GIVE_UP_AFTER = 3              # identical unfixable failures in a row stop the proposer
 TAKEN = ("accepted", "best", "checking", "unproved")  # the chain moved to the candidate
 PROBE_TOKENS = 24              # the reply room of a probe of constrained decoding
+STRUCTURED_JSON = "structured.json"  # what the probe found, shared by the run's chains
 
 
 class LLMProposer:
@@ -298,7 +299,8 @@ class LLMProposer:
                     break
             probe = {} if is_reasoning_model(model) else {"max_tokens": PROBE_TOKENS,
                                                           "temperature": 0.0}
-            lines = self.structured.probe(self.client, probe)
+            lines = self.structured.probe(self.client, probe, self.dir / STRUCTURED_JSON
+                                          if self.dir is not None else None)
             with self._cond:
                 self._notes += lines
 
@@ -320,7 +322,7 @@ class LLMProposer:
         budget, room = self._budget()
         if variant.form == "plan":
             return self.plans.build(kernel, failures, budget, self.tokens.estimate,
-                                    variant.focus), room
+                                    variant.focus, self.context_tokens), room
         constrained = self.structured.family_for(variant.form) is not None
         prompt = self.prompts.build(kernel, failures, budget, self.tokens.estimate,
                                     variant.focus, earlier, min_level,

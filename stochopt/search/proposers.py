@@ -36,8 +36,8 @@ class Bandit:
     arms: dict[str, Arm] = field(default_factory=dict)
     floor: float = 0.1
 
-    def choose(self, rng: random.Random) -> str:
-        names = sorted(self.arms)
+    def choose(self, rng: random.Random, exclude: str | None = None) -> str:
+        names = sorted(n for n in self.arms if n != exclude)
         scores = [(self.arms[n].improvement + 0.01) / (self.arms[n].units + 1.0)
                   for n in names]
         total = sum(scores)
@@ -108,7 +108,10 @@ class ChainProposer:
             if self.arms == ["llm"]:  # take() waited for a reply until the run stopped
                 return Candidate("llm", "no_reply", error="the run stopped before a reply "
                                  "came", outcome="invalid")
-            arm = "mutate"  # no reply ready yet: keep the chain busy meanwhile
+            # no reply ready yet: another arm, by its share, keeps the chain busy (the llm
+            # arm is charged only for its candidates, so its score does not fall while
+            # none arrive: always mutating here starved the rewrite arm)
+            arm = self.bandit.choose(rng, exclude="llm")
         for attempt in range(16):  # a move that does not apply here is redrawn
             try:
                 move, proposed = BUILTIN[arm](kernel, rng, self.machine, self._weights(arm))
