@@ -64,8 +64,10 @@ class LLMServer:
 
     def __init__(self, script: list[dict] | None = None, default: dict | None = None,
                  model: str = "test-model", context_tokens: int | None = None,
-                 chars_per_token: float = 3.0, listing: dict | None = None) -> None:
+                 chars_per_token: float = 3.0, listing: dict | None = None,
+                 plans: dict | None = None) -> None:
         self.script = list(script or [])
+        self.plans = plans   # the answer to every plan request (the script is for the rest)
         self.default = default or reply(NO_CODE)
         self.model = model
         self.context_tokens, self.chars_per_token = context_tokens, chars_per_token
@@ -95,6 +97,8 @@ class LLMServer:
             refused = self.over_context(body)
             if refused:
                 return refused
+            if self.plans is not None and is_plan_request(body):
+                return self.plans
             return self.script.pop(0) if self.script else self.default
 
     def answer_probe(self, body) -> dict:
@@ -141,6 +145,12 @@ class LLMServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def is_plan_request(body) -> bool:
+    """A request for a transform plan (its system prompt is plan_system.txt's)."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    return bool(messages) and "numbered menu" in (messages[0].get("content") or "")
 
 
 def is_probe(body) -> bool:
