@@ -2,8 +2,9 @@
 
 Kernel text (a whole kernel, or the kernel shown with SEARCH/REPLACE edits applied) goes
 through the LEIR parser and nothing else. A plan's entry numbers name steps of the menu
-the prompt listed; they are applied to the kernel shown with transform.plan.apply_plan,
-the first step that no longer applies ending the plan with the steps before it. Either
+the prompt listed; they are applied to the kernel shown as transform.plan.apply_plan does,
+the first step that no longer applies (or whose kernel no longer fits the machine)
+ending the plan with the steps before it. Either
 way the spec's signature and output shape are checked here, so that what reaches the
 chain is a kernel the chain may evaluate, or an outcome with its reason.
 """
@@ -13,12 +14,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from stochopt.backend.cost import cost
 from stochopt.errors import ParseError, StochoptError
 from stochopt.leir.parser import parse
 from stochopt.llm.forms import MAX_PLAN_STEPS, read_plan
 from stochopt.llm.prompt import EDIT_START, apply_edits, code_blocks
 from stochopt.search.chain import Candidate
-from stochopt.transform.plan import Step, apply_plan, plan_to_json
+from stochopt.transform.plan import Step, apply_step, plan_to_json
 from stochopt.verify.check import check_signature
 
 MAX_CANDIDATES = 8             # code blocks taken from one reply
@@ -99,18 +101,32 @@ class ReplyReader:
                 stopped = f"step {k}: entry {n} is not on the menu"
                 break
             steps.append(by_number[n])
-        result = apply_plan(shown, steps, self.machine)
-        stopped = result.stopped or stopped
+        kernel, applied, failed = self.apply(shown, steps)
+        stopped = failed or stopped
         if len(numbers) > MAX_PLAN_STEPS and stopped is None:
             stopped = f"only the first {MAX_PLAN_STEPS} steps are taken"
-        if not result.applied:
+        if not applied:
             return LLMCandidate("llm", "plan", outcome="invalid", code=code, plan=numbers,
                                 error=f"the plan's first step does not apply: {stopped}",
                                 plan_stopped=stopped)
-        kernel, outcome, error = self.check(result.kernel)
+        kernel, outcome, error = self.check(kernel)
         return LLMCandidate("llm", "plan", kernel, error, outcome, code=code, plan=numbers,
-                            steps=list(result.applied), plan_stopped=stopped,
-                            path=None if path is None else list(path) + list(result.applied))
+                            steps=applied, plan_stopped=stopped,
+                            path=None if path is None else list(path) + applied)
+
+    def apply(self, kernel, steps):
+        """apply_plan's walk, where a step whose kernel does not fit the machine (its PE
+        memory) does not apply either: (kernel, steps applied, why it ended early)."""
+        applied: list[Step] = []
+        for number, step in enumerate(steps, 1):
+            try:
+                after = apply_step(kernel, step, self.machine)
+                cost(after, self.machine)
+            except StochoptError as e:
+                return kernel, applied, f"step {number} ({step.rule}): {e}"
+            kernel = after
+            applied.append(step)
+        return kernel, applied, None
 
     def read(self, text: str):
         """(kernel, None, None) for a kernel the chain may evaluate, else (None, outcome,

@@ -150,6 +150,59 @@ def test_a_short_llm_search_against_a_real_small_model(local_server, tmp_path):
     assert llm["answered"] == len(answered) and llm["status"] == ""
     assert 0 < llm["prompt_tokens_max"] <= CONTEXT - 256
     assert sum(llm["outcomes"].values()) >= len(answered)
+    # the server constrains plans by schema and the rest by grammar: a plan reply is
+    # always a plan from the menu, read into a well-typed kernel
+    assert json.loads((run_dir / "llm" / "structured.json").read_text()) == {
+        "json": ["json_object"], "grammar": ["grammar"]}
+    plans = [t for t in answered if t["variant"]["form"] == "plan"]
+    for t in plans:
+        assert t["structured"]["constrained"] == "json_object"
+        assert all(c["well_typed"] for c in t["candidates"] if "well_typed" in c)
+        assert all(c.get("read_as") != "parse_error" for c in t["candidates"])
+    assert sum(r["requests"] for r in llm["yield"]) == llm["requests"]
+
+
+def test_llama_cpp_takes_the_grammars_and_schemas_stochopt_sends(local_server):
+    """Each constraint, sent to the real server: llama.cpp's grammar parser reads ours (a
+    grammar it cannot read ends the server process) and the replies obey them."""
+    from stochopt.leir.render import render
+    from stochopt.llm.client import Client
+    from stochopt.llm.forms import read_plan
+    from stochopt.llm.gbnf import to_gbnf
+    from stochopt.llm.grammar import edit_grammar, kernel_grammar, plan_grammar, plan_schema
+    from stochopt.llm.options import llm_options
+    from stochopt.llm.structured import Structured, fields
+    from stochopt.lower import lower
+    from stochopt.machine import load_machine
+    from stochopt.spec import load_spec
+
+    client = Client(llm_options({"model": "smollm2", "base_url": local_server,
+                                 "retries": 0, "timeout_s": 600.0}))
+    found = Structured("auto")
+    assert found.probe(client, {"max_tokens": 24, "temperature": 0.0}) == []
+    assert found.describe() == {"mode": "auto", "json": "json_object", "grammar": "grammar"}
+
+    def ask(constraint: dict, max_tokens: int, content: str) -> str:
+        reply = client.complete([{"role": "user", "content": content}],
+                                {"max_tokens": max_tokens, "temperature": 0.7}, constraint)
+        return reply.contents[0]
+
+    menu = [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    for constraint in (fields("json_object", plan_schema(menu, 6)),
+                       fields("grammar", to_gbnf(plan_grammar(menu, 6)))):
+        steps = read_plan(ask(constraint, 48, "Choose transforms 2 and 5 of the menu."))
+        assert 1 <= len(steps) <= 6 and set(steps) <= set(menu)
+    machine = load_machine("mncore2")
+    text = render(lower(load_spec(ROOT / "specs" / "softmax.py"), machine))
+    def_line = next(line for line in text.splitlines() if line.startswith("def "))
+    start = ask(fields("grammar", to_gbnf(kernel_grammar(def_line, comments=False))), 6,
+                "Write a faster kernel.")
+    assert def_line.startswith(start) and start.startswith("def")
+    start = ask(fields("grammar", to_gbnf(edit_grammar(text))), 6, "Edit the kernel.")
+    assert "<<<<<<< SEARCH".startswith(start[:14]) or start.startswith("<<<<<<< SEARCH")
+    ask(fields("grammar", to_gbnf(kernel_grammar())), 1, "A kernel.")  # the whole grammar
+    with urllib.request.urlopen(f"{local_server}/models", timeout=10):
+        pass   # the server still answers: it read every grammar
 
 
 def test_an_oversized_context_setting_is_corrected_by_the_server(local_server, tmp_path):
