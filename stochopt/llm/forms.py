@@ -25,12 +25,13 @@ from stochopt.errors import ParseError
 FORMS = ("plan", "edit", "kernel")
 MAX_PLAN_STEPS = 6
 # before any reply: the well-typed share expected of a form, and its relative cost (the
-# kernel and edit prompts carry the language reference, three times a plan's prompt)
+# kernel and edit prompts carry the language reference and fill most of the context; a
+# plan prompt takes at most an eighth of it: four times less is on the safe side)
 PRIOR_YIELD = {"plan": 1.0, "edit": 0.5, "kernel": 0.5}
-PRIOR_COST = {"plan": 1.0, "edit": 3.0, "kernel": 3.0}
+PRIOR_COST = {"plan": 1.0, "edit": 4.0, "kernel": 4.0}
 PRIOR_REQUESTS = 1.0     # how many requests the prior weighs as
 ACCEPTED_WEIGHT = 2.0    # an accepted candidate counts this many well-typed ones
-FLOOR = 0.04             # every allowed form keeps at least this share
+FLOOR = 0.03             # every allowed form keeps at least this share (as the bandit's arms)
 
 
 @dataclass

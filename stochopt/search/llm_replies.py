@@ -90,6 +90,10 @@ class ReplyReader:
     def plan_candidate(self, numbers: list[int], shown, entries, path) -> LLMCandidate:
         by_number = {e.number: e.step for e in entries}
         code = json.dumps({"steps": numbers})
+        if not entries:
+            return LLMCandidate("llm", "plan", outcome="invalid", code=code, plan=numbers,
+                                error="no transform applies to the kernel shown: the menu "
+                                      "was empty")
         if not numbers or numbers[0] not in by_number:
             return LLMCandidate(
                 "llm", "plan", outcome="invalid", code=code, plan=numbers,
