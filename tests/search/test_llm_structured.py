@@ -18,6 +18,7 @@ from stochopt.backend.cost import cost  # noqa: E402
 from stochopt.llm import gbnf  # noqa: E402
 from stochopt.llm.client import Client, RequestFailed  # noqa: E402
 from stochopt.llm.options import llm_options  # noqa: E402
+from stochopt.llm.structured import PROBE_WORD, fields, obeyed  # noqa: E402
 from stochopt.lower import lower  # noqa: E402
 from stochopt.machine import load_machine  # noqa: E402
 from stochopt.search.chain import ChainConfig  # noqa: E402
@@ -148,3 +149,18 @@ def test_a_server_error_that_names_the_constraint_is_not_retried(tmp_path):
         with pytest.raises(RequestFailed) as e:   # without a constraint: a server error
             client.complete([{"role": "user", "content": "hi"}])
         assert e.value.kind != "constraint" and len(server.requests) == 4   # retried twice
+
+
+def test_each_dialect_puts_the_constraint_where_its_servers_read_it():
+    schema = {"type": "object"}
+    assert fields("json_schema", schema, "plan") == {"response_format": {
+        "type": "json_schema", "json_schema": {"name": "plan", "schema": schema,
+                                               "strict": True}}}
+    assert fields("json_object", schema) == {"response_format": {"type": "json_object",
+                                                                 "schema": schema}}
+    assert fields("grammar", "root ::= \"a\"") == {"grammar": "root ::= \"a\""}
+    assert fields("structured_outputs", "g") == {"structured_outputs": {"grammar": "g"}}
+    # a probe counts only when the reply is the text its constraint alone produces
+    assert obeyed("grammar", f"{PROBE_WORD}-42") and not obeyed("grammar", "Hello.")
+    assert obeyed("json_object", f'{{"probe": "{PROBE_WORD}"}}')
+    assert not obeyed("json_schema", '{"probe": "hello"}')
