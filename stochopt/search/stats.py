@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from collections import deque
 
-from stochopt.tuning.runs import start_line
 from stochopt.llm.yields import LiveYield
+from stochopt.tuning.runs import start_line
 
 KEEP_BESTS = 5  # verified bests the checkpoint keeps for the final re-check to fall back on
 
@@ -94,7 +94,7 @@ class RunStats:
                 "by_proposer": self.by_proposer, "tokens": self.tokens,
                 "cost_usd": self.cost_usd, "checking": self.checking,
                 "fastest_found": self.fastest_found, "start": self.start,
-                "fastest_found": self.fastest_found, "llm_yield": self.llm_yield.line(),
+                "llm_yield": self.llm_yield.line(),
                 "errors": self.errors + ([self.llm_stopped or self.llm_error]
                                          if self.llm_stopped or self.llm_error else [])}
 
