@@ -238,8 +238,10 @@ def test_requests_in_flight_together_differ_and_transcripts_name_their_variant(
         softmax, tmp_path):
     gate = threading.Event()
     with LLMServer(default=held(gate)) as server:
+        # a long timeout: a chain step may run a full check for seconds meanwhile, and
+        # a retried request would count twice
         chain, llm = make_chain(softmax, server.url, tmp_path, ("mutate", "llm"),
-                                concurrency=4)
+                                concurrency=4, timeout_s=25.0)
         for _ in range(2000):
             chain.step()
             if len(server.requests) >= 4:
