@@ -129,6 +129,7 @@ def test_a_form_that_yields_nothing_falls_to_the_floor_and_one_that_pays_rises()
     assert max(form_weights(yields), key=form_weights(yields).get) == "kernel"
 
 
+@pytest.mark.slow  # six candidates through a chain with full checks on its path
 def test_each_request_records_its_form_in_the_transcript_and_the_events(softmax, tmp_path,
                                                                         entries):
     spec, machine, baseline = softmax
