@@ -206,13 +206,22 @@ def test_llama_cpp_takes_the_grammars_and_schemas_stochopt_sends(local_server):
 
 
 def test_an_oversized_context_setting_is_corrected_by_the_server(local_server, tmp_path):
-    """Told the model has 32k tokens, the proposer's first prompt is refused by the
-    server's 8k context; it learns the context from the 400, shrinks and retries once,
-    and the next requests fit at once."""
+    """Told the model has 32k tokens, the proposer's first kernel prompt is refused by
+    the server's 8k context; it learns the context from the 400, shrinks and retries
+    once, and the next requests fit at once. (A plan prompt takes an eighth of the
+    context and always fits: the run asks for whole kernels, through the Python API,
+    which alone has the forms setting.)"""
     run_dir = tmp_path / "mla"
-    done = optimize(local_server, "mla_decode", run_dir, "--budget", "12m",
-                    "--max-proposals", "1", "--context-tokens", "32768", "--max-tokens",
-                    "256", "--llm-concurrency", "1", "--llm-timeout", "600")
+    script = ("import sys; from stochopt import optimize; optimize(sys.argv[1], "
+              "proposer='llm', chains=1, budget='12m', max_proposals=1, run_dir=sys.argv[2], "
+              "llm={'model': 'smollm2', 'base_url': sys.argv[3], 'context_tokens': 32768, "
+              "'max_tokens': 256, 'concurrency': 1, 'timeout_s': 600.0, "
+              "'forms': ['kernel']})")
+    done = subprocess.run([sys.executable, "-c", script, str(ROOT / "specs" / "mla_decode.py"),
+                           str(run_dir), local_server], capture_output=True, text=True,
+                          timeout=1800, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "OPENAI_API_KEY": "",
+                               "OPENAI_BASE_URL": ""})
     assert done.returncode == 0, done.stdout + done.stderr
     sent = transcripts(run_dir)
     assert "shrunk" in sent[0] and sent[0]["shrunk"]["error"].startswith("HTTP 400")
