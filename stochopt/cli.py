@@ -328,6 +328,10 @@ def _print_verdict(kernel_path: str, spec, verdict) -> None:
 @click.option("--prompts", default=None, type=click.Path(file_okay=False, exists=True),
               help="A folder of prompt templates replacing prompts/ (system.txt, user.txt, "
               "failure.txt).")
+@click.option("--structured", default="auto", show_default=True,
+              type=click.Choice(["auto", "json", "grammar", "off"]),
+              help="Constrain the LLM's replies where the server can: auto (probe it), json "
+              "(plans by JSON schema), grammar (every reply by GBNF grammar), off.")
 @click.option("--llm-cache", "cache", default=None, type=click.Path(file_okay=False),
               help="Replay identical prompts from this folder (and fill it).")
 @db_option

@@ -14,6 +14,7 @@ root on sys.path.
 from __future__ import annotations
 
 import json
+import random
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -63,13 +64,16 @@ class LLMServer:
 
     def __init__(self, script: list[dict] | None = None, default: dict | None = None,
                  model: str = "test-model", context_tokens: int | None = None,
-                 chars_per_token: float = 3.0, listing: dict | None = None) -> None:
+                 chars_per_token: float = 3.0, listing: dict | None = None,
+                 plans: dict | None = None) -> None:
         self.script = list(script or [])
+        self.plans = plans   # the answer to every plan request (the script is for the rest)
         self.default = default or reply(NO_CODE)
         self.model = model
         self.context_tokens, self.chars_per_token = context_tokens, chars_per_token
         self.listing = listing or {}
         self.requests: list[dict] = []
+        self.probes: list[dict] = []   # probes of constrained decoding (structured.py)
         self.lock = threading.Lock()
         self.httpd = _QuietServer(("127.0.0.1", 0), _handler(self))
         # A short poll: shutdown() waits up to one poll, and every test stops a server.
@@ -86,11 +90,21 @@ class LLMServer:
 
     def next_step(self, body) -> dict:
         with self.lock:
+            if is_probe(body):  # a probe of constrained decoding: not part of the script
+                self.probes.append(body)
+                return self.answer_probe(body)
             self.requests.append({"body": body, "time": time.time()})
             refused = self.over_context(body)
             if refused:
                 return refused
+            if self.plans is not None and is_plan_request(body):
+                return self.plans
             return self.script.pop(0) if self.script else self.default
+
+    def answer_probe(self, body) -> dict:
+        """This server ignores every constraint field, as llama.cpp does a field it does
+        not know (subclasses enforce or refuse them)."""
+        return reply("Hello.")
 
     def prompt_tokens(self, body) -> int:
         """The prompt's tokens as this server counts them."""
@@ -131,6 +145,17 @@ class LLMServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def is_plan_request(body) -> bool:
+    """A request for a transform plan (its system prompt is plan_system.txt's)."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    return bool(messages) and "numbered menu" in (messages[0].get("content") or "")
+
+
+def is_probe(body) -> bool:
+    from stochopt.llm.structured import PROBE_MESSAGES
+    return isinstance(body, dict) and body.get("messages") == PROBE_MESSAGES
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -201,3 +226,106 @@ def _handler(server: LLMServer):
                 pass  # the client gave up (a timeout test): nothing to do
 
     return Handler
+
+
+# -- servers that constrain decoding (or refuse to) ------------------------------------------
+
+def constraint_fields(body: dict) -> dict[str, object]:
+    """The constraints a request carries, by dialect (stochopt/llm/structured.py): the
+    schema or the grammar each names."""
+    found: dict[str, object] = {}
+    response_format = body.get("response_format")
+    if isinstance(response_format, dict):
+        if response_format.get("type") == "json_schema":
+            found["json_schema"] = (response_format.get("json_schema") or {}).get("schema")
+        elif response_format.get("type") == "json_object":
+            found["json_object"] = response_format.get("schema")
+    if "grammar" in body:
+        found["grammar"] = body["grammar"]
+    if "structured_outputs" in body:
+        found["structured_outputs"] = (body["structured_outputs"] or {}).get("grammar")
+    return found
+
+
+class ConstrainingServer(LLMServer):
+    """A server that decodes under the constraints it takes, as a real one would: a
+    scripted reply that obeys them is sent as is, one that does not is replaced by a text
+    that does (a schema's first valid instance, a sample of the grammar). Dialects in
+    ``refuses`` get a 400 that names the field (OpenAI's answer to one it does not know);
+    the rest are ignored. OpenAI's shape: takes json_schema, refuses the grammars; vLLM's:
+    takes json_schema and structured_outputs, ignores grammar."""
+
+    def __init__(self, *args, takes=(), refuses=(), seed: int = 0, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.takes, self.refuses = set(takes), set(refuses)
+        self.rng = random.Random(seed)
+        self.constrained: list[dict] = []   # (dialect, constraint) of each request obeyed
+
+    def next_step(self, body) -> dict:
+        found = constraint_fields(body) if isinstance(body, dict) else {}
+        refused = sorted(set(found) & self.refuses)
+        if refused:
+            with self.lock:
+                (self.probes if is_probe(body) else self.requests).append({"body": body})
+            field = "response_format" if refused[0].startswith("json") else refused[0]
+            return error(400, message=f"Unrecognized request argument supplied: {field}")
+        step = super().next_step(body)
+        taken = {d: c for d, c in found.items() if d in self.takes}
+        if not taken or step["kind"] != "reply":
+            return step
+        dialect, constraint = next(iter(taken.items()))
+        with self.lock:
+            self.constrained.append({"dialect": dialect, "constraint": constraint})
+        return {**step, "contents": [self.obey(dialect, constraint, c)
+                                     for c in step["contents"]]}
+
+    def obey(self, dialect: str, constraint, content: str) -> str:
+        from stochopt.llm import gbnf
+
+        if dialect.startswith("json"):
+            try:
+                if schema_accepts(constraint, json.loads(content)):
+                    return content
+            except ValueError:
+                pass
+            return json.dumps(first_instance(constraint))
+        grammar = gbnf.from_gbnf(constraint)
+        if gbnf.accepts(grammar, content):
+            return content
+        return gbnf.sample(grammar, self.rng, depth=10)
+
+
+def schema_accepts(schema: dict, value) -> bool:
+    """The JSON schema keywords the plans and probes use: type, enum, properties,
+    required, additionalProperties, items, minItems, maxItems."""
+    if "enum" in schema and value not in schema["enum"]:
+        return False
+    kind = schema.get("type")
+    if kind == "object":
+        if not isinstance(value, dict) or any(k not in value for k in schema.get("required", [])):
+            return False
+        properties = schema.get("properties", {})
+        if schema.get("additionalProperties") is False and set(value) - set(properties):
+            return False
+        return all(schema_accepts(properties[k], v) for k, v in value.items() if k in properties)
+    if kind == "array":
+        return isinstance(value, list) and schema.get("minItems", 0) <= len(value) <= \
+            schema.get("maxItems", len(value)) and all(schema_accepts(schema["items"], v)
+                                                        for v in value)
+    if kind == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "string":
+        return isinstance(value, str)
+    return True
+
+
+def first_instance(schema: dict):
+    """The simplest value a schema accepts (what a constrained model writes at worst)."""
+    if "enum" in schema:
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if kind == "object":
+        return {k: first_instance(schema["properties"][k]) for k in schema.get("required", [])}
+    if kind == "array":
+        return [first_instance(schema["items"])] * max(1, schema.get("minItems", 0))
+    return {"integer": 0, "string": ""}.get(kind)

@@ -149,11 +149,14 @@ class Client:
         self._rng = random.Random()
 
     # -- the request, with its retries -------------------------------------------------
-    def complete(self, messages: list[dict], overrides: dict | None = None) -> Reply:
+    def complete(self, messages: list[dict], overrides: dict | None = None,
+                 constraint: dict | None = None) -> Reply:
         """The reply to these messages (``overrides`` replace request settings, e.g. this
-        request's temperature); RequestFailed when no try succeeded."""
+        request's temperature; ``constraint``: the body fields that constrain decoding,
+        stochopt/llm/structured.py); RequestFailed when no try succeeded, of kind
+        "constraint" when the server refused the constraint."""
         start = time.monotonic()
-        key, use = self._cache_key(messages)
+        key, use = self._cache_key(messages, constraint)
         cached = self._cache_get(key, use)
         if cached is not None:
             cached.latency_s = time.monotonic() - start
@@ -161,7 +164,7 @@ class Client:
         attempts: list[dict] = []
         for attempt in range(self.retries + 1):
             try:
-                reply = self._once(messages, overrides or {})
+                reply = self._once(messages, overrides or {}, constraint)
             except _Permanent as e:
                 attempts.append({"error": str(e), "status": e.status, "retried": False})
                 raise RequestFailed(str(e), attempts, time.monotonic() - start,
@@ -215,13 +218,24 @@ class Client:
         except Exception:  # an endpoint without /models is fine: the context has defaults
             return None
 
-    def _once(self, messages: list[dict], overrides: dict) -> Reply:
+    def probe(self, messages: list[dict], overrides: dict, constraint: dict) -> str:
+        """One try of a small constrained request (no retries, no cache): the reply's
+        text; RequestFailed when it fails."""
+        start = time.monotonic()
+        try:
+            return (self._once(messages, overrides, constraint).contents or [""])[0]
+        except (_Permanent, _Transient) as e:
+            raise RequestFailed(str(e), [], time.monotonic() - start, kind=e.kind,
+                                status=e.status) from None
+
+    def _once(self, messages: list[dict], overrides: dict,
+              constraint: dict | None = None) -> Reply:
         openai = self.openai
         deadline = time.monotonic() + self.timeout_s
         try:
             with self.client.chat.completions.with_streaming_response.create(
-                    model=self.model, messages=messages,
-                    **self.params(overrides)) as response:
+                    model=self.model, messages=messages, **self.params(overrides),
+                    **({"extra_body": constraint} if constraint else {})) as response:
                 body = bytearray()
                 for chunk in response.iter_bytes():
                     body += chunk
@@ -231,7 +245,7 @@ class Client:
                     if time.monotonic() > deadline:
                         raise _Transient(f"no complete reply within {self.timeout_s:g} s")
         except openai.APIStatusError as e:
-            raise _status_error(e) from None
+            raise _status_error(e, constraint) from None
         except openai.APITimeoutError:
             raise _Transient(f"no reply within {self.timeout_s:g} s (timeout)") from None
         except openai.APIConnectionError as e:
@@ -269,8 +283,12 @@ class Client:
         return (prompt_tokens * self.price_in + completion_tokens * self.price_out) / 1e6
 
     # -- the cache: the k-th use of a prompt in this process replays entry k ------------
-    def _cache_key(self, messages: list[dict]) -> tuple[str, int]:
-        text = json.dumps({"model": self.model, "messages": messages}, sort_keys=True)
+    def _cache_key(self, messages: list[dict], constraint: dict | None = None
+                   ) -> tuple[str, int]:
+        request = {"model": self.model, "messages": messages}
+        if constraint:  # (unconstrained requests keep the keys they always had)
+            request["constraint"] = constraint
+        text = json.dumps(request, sort_keys=True)
         key = hashlib.sha256(text.encode()).hexdigest()
         with self._lock:
             use = self._uses.get(key, 0)
@@ -302,10 +320,12 @@ class Client:
         self.client.close()
 
 
-def _status_error(e) -> Exception:
+def _status_error(e, constraint: dict | None = None) -> Exception:
     status = e.status_code
     detail = _error_message(e)
     text = f"HTTP {status} from the endpoint: {detail}"
+    if constraint and status not in (408, 409, 429) and _names_constraint(detail, constraint):
+        return _Permanent(text, status, "constraint")  # (some servers answer 500 to it)
     if status == 429 or status == 408 or status == 409 or status >= 500:
         return _Transient(text, _retry_after(e.response.headers), status)
     from stochopt.llm.context import is_context_error
@@ -315,6 +335,15 @@ def _status_error(e) -> Exception:
     hints = {401: "check OPENAI_API_KEY", 403: "check OPENAI_API_KEY and its permissions",
              404: "check --base-url (it usually ends in /v1) and --model"}
     return _Permanent(text + (f"; {hints[status]}" if status in hints else ""), status, kind)
+
+
+def _names_constraint(message: str, constraint: dict) -> bool:
+    """Whether an error is about the fields that constrained the request (a server that
+    does not know them, or refuses the schema or grammar sent)."""
+    words = set(constraint) | {"response_format", "json_schema", "grammar", "guided",
+                               "structured_output", "schema"}
+    low = message.lower()
+    return any(w.lower() in low for w in words)
 
 
 def _error_code(e) -> str | None:

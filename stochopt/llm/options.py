@@ -9,7 +9,9 @@ from urllib.parse import urlparse
 
 from stochopt.errors import StochoptError
 from stochopt.llm.client import price_of
+from stochopt.llm.forms import FORMS
 from stochopt.llm.prompt import load_templates
+from stochopt.llm.structured import MODES
 
 DEFAULTS = {
     "model": None, "base_url": None, "api_key": None,
@@ -26,6 +28,8 @@ DEFAULTS = {
     "prompts": None,           # a folder of templates replacing prompts/
     "cache": None,             # a folder replaying identical prompts
     "failures_in_prompt": 4,
+    "structured": "auto",      # constrained decoding: auto, json, grammar or off
+    "forms": None,             # the reply forms asked for (plan, edit, kernel); unset: all
 }
 LOCAL_TIMEOUT_S = 600.0        # the default timeout for a server on this machine
 
@@ -66,6 +70,16 @@ def llm_options(llm: dict | None, max_cost: float | None = None) -> dict | None:
                             f"a context of {o['context_tokens']} tokens",
                             hint="lower --max-tokens or raise --context-tokens")
     o["temperature"] = _temperature(o["temperature"])
+    if o["structured"] not in MODES:
+        raise StochoptError(f"LLM setting structured must be one of {', '.join(MODES)}, got "
+                            f"{o['structured']!r}")
+    if o["forms"] is not None:
+        forms = [o["forms"]] if isinstance(o["forms"], str) else o["forms"]
+        if not isinstance(forms, list | tuple) or not forms or \
+                any(f not in FORMS for f in forms):
+            raise StochoptError(f"LLM setting forms must list some of {', '.join(FORMS)}, "
+                                f"got {o['forms']!r}")
+        o["forms"] = [f for f in FORMS if f in forms]
     if not o["timeout_s"] > 0:
         raise StochoptError("the LLM timeout must be positive")
     for key in ("prompts", "cache"):

@@ -4,9 +4,10 @@
                     machine's cost rules (docs/leir.md and docs/machine.md, compacted,
                     shortened or replaced by the cheat sheet when the context is small)
     user.txt        what changes: the spec, the best kernel with its profile and roofline,
-                    the request's focus, the recent failures
+                    the request's focus, the recent failures, what to answer with
     failure.txt     one recent failure, repeated into user.txt's $failures
     cheatsheet.txt  the one-page reference for small contexts
+    plan_system.txt, plan.txt   the request for a transform plan (plan_prompt.py)
 
 and the reading of the answers they ask for: fenced code blocks holding a whole kernel,
 or SEARCH/REPLACE edits of the kernel shown.
@@ -27,6 +28,7 @@ from string import Template
 from stochopt.backend.cost import Profile, cost, roofline_of_kernel
 from stochopt.errors import ParseError, StochoptError
 from stochopt.leir.render import render
+from stochopt.llm.forms import answer_text
 from stochopt.llm.variants import FOCI
 from stochopt.tuning.memory import examples_text
 
@@ -60,6 +62,7 @@ FIELDS = {
         "focus": "what this request asks for (its variant's focus)",
         "earlier_best": "an earlier, slower best kernel for contrast, or empty",
         "examples": "slow -> fast pairs from earlier runs (the tuning database), or empty",
+        "answer": "what the reply must hold: the whole kernel, or edits (the form)",
     },
     "failure.txt": {
         "number": "1, 2, ...", "outcome": "parse_error, invalid, wrong, rejected or accepted",
@@ -69,6 +72,23 @@ FIELDS = {
     },
     "cheatsheet.txt": {
         "ops": "one line per LEIR op: its signature and meaning",
+    },
+    "plan_system.txt": {
+        "machine_name": "the machine preset's name",
+        "max_steps": "the most steps a plan may have",
+    },
+    "plan.txt": {
+        "spec_name": "the spec's name",
+        "spec_section": "the spec's source in a python block, or empty",
+        "kernel_cycles": "the kernel's cycles", "baseline_cycles": "the baseline's cycles",
+        "roofline_cycles": "the spec's roofline in cycles",
+        "bottleneck": "the busiest resource and its busy share",
+        "kernel_section": "the kernel in a leir block and its profile, or empty",
+        "rules": "one line per transform on the menu, or empty",
+        "menu": "the numbered transforms that apply now, with cycles after each",
+        "failures": "plans tried before that did not beat the best",
+        "focus": "what this request asks for (its variant's focus)",
+        "max_steps": "the most steps a plan may have",
     },
 }
 
@@ -210,21 +230,21 @@ class PromptBuilder:
 
     def build(self, kernel, failures: list[dict], budget_tokens: int, estimate,
               focus: str = "open", earlier: tuple[int, str] | None = None,
-              min_level: int = 0) -> Prompt:
+              min_level: int = 0, answer: str = "") -> Prompt:
         """The richest prompt from ``min_level`` on whose estimate (``estimate(messages)``)
         fits ``budget_tokens``; the last level, marked as not fitting, when none does."""
         profile = cost(kernel, self.machine)
         prompt = None
         for index in range(min(min_level, len(LEVELS) - 1), len(LEVELS)):
             prompt = self.at_level(index, kernel, failures, budget_tokens, estimate, focus,
-                                   earlier, profile)
+                                   earlier, profile, answer)
             if prompt.fits:
                 break
         return prompt
 
     def at_level(self, index: int, kernel, failures: list[dict], budget_tokens: int,
                  estimate, focus: str = "open", earlier: tuple[int, str] | None = None,
-                 profile=None) -> Prompt:
+                 profile=None, answer: str = "") -> Prompt:
         """The prompt at LEVELS[index], and whether it fits the budget."""
         level = LEVELS[index]
         profile = profile or cost(kernel, self.machine)
@@ -232,7 +252,7 @@ class PromptBuilder:
         messages = [
             {"role": "system", "content": self.system(level.reference, used, focus)},
             {"role": "user", "content": self.user(kernel, profile, failures, level, focus,
-                                                  earlier)}]
+                                                  earlier, answer)}]
         tokens = estimate(messages)
         return Prompt(messages, index, tokens, tokens <= budget_tokens)
 
@@ -260,7 +280,8 @@ class PromptBuilder:
         return self._systems[key]
 
     def user(self, kernel, profile, failures: list[dict], level: Level = LEVELS[0],
-             focus: str = "open", earlier: tuple[int, str] | None = None) -> str:
+             focus: str = "open", earlier: tuple[int, str] | None = None,
+             answer: str = "") -> str:
         text = render(kernel)
         if len(text) > MAX_KERNEL_CHARS:
             text = text[:MAX_KERNEL_CHARS] + "\n# (kernel cut here for length)"
@@ -284,6 +305,7 @@ class PromptBuilder:
             "focus": FOCI.get(focus, FOCI["open"]).replace("$bottleneck", bottleneck),
             "earlier_best": self.earlier_best(earlier) if level.earlier_best else "",
             "examples": examples_text(self.examples, kernel, level.example_chars),
+            "answer": answer or answer_text("kernel", constrained=False),
         }
         return fill(self.templates["user.txt"], fields)
 

@@ -1,17 +1,20 @@
 """Prompt variants: what each LLM request asks for, so that requests in flight together
 differ (AlphaEvolve and ShinkaEvolve both owe much of their gain to varied prompts).
 
-A variant is drawn per request: a focus (the kind of change it asks for), which of the
-recent failures it shows, whether it shows an earlier best for contrast, and its
-temperature. Requests started together never share a focus while there are foci left,
-and their temperatures are spread over the range. The transcript records the variant and
-the report counts what each focus produced.
+A variant is drawn per request: the form of the reply it asks for (a transform plan,
+edits or a whole kernel, weighted by what each has yielded: forms.py), a focus (the kind
+of change it asks for), which of the recent failures it shows, whether it shows an
+earlier best for contrast, and its temperature. Requests started together never share a
+focus while there are foci left, and their temperatures are spread over the range. The
+transcript records the variant and the report counts what each form and focus produced.
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import asdict, dataclass
+
+from stochopt.llm.forms import draw_form
 
 # name -> the paragraph the prompt's task section opens with ($focus). The bottleneck
 # focus names the resource the profile says is busiest.
@@ -49,15 +52,18 @@ class Variant:
     failures: str            # recent: the latest; varied: one per outcome; sampled: at random
     earlier_best: bool       # show an earlier, slower best beside the current one
     temperature: float | None
+    form: str = "kernel"     # plan, edit or kernel (forms.py)
 
     def to_json(self) -> dict:
         return asdict(self)
 
 
 def draw_variants(rng: random.Random, count: int, busy_foci: set[str],
-                  temperatures: tuple[float, float] | None) -> list[Variant]:
+                  temperatures: tuple[float, float] | None,
+                  form_weights: dict[str, float] | None = None) -> list[Variant]:
     """``count`` variants for requests starting now; their foci differ from each other and
-    from ``busy_foci`` (those of requests in flight) while there are foci left."""
+    from ``busy_foci`` (those of requests in flight) while there are foci left; each
+    form drawn by ``form_weights`` (none: the whole kernel, as before forms)."""
     free = [f for f in FOCI if f not in busy_foci]
     rng.shuffle(free)
     others = list(FOCI)
@@ -69,8 +75,9 @@ def draw_variants(rng: random.Random, count: int, busy_foci: set[str],
         temps = [round(low + (high - low) * (i + rng.random()) / count, 3)
                  for i in range(count)]
         rng.shuffle(temps)
-    return [Variant(focus, rng.choice(FAILURE_CHOICES), rng.random() < 0.3, temp)
-            for focus, temp in zip(foci, temps, strict=True)]
+    forms = [draw_form(rng, form_weights) if form_weights else "kernel" for _ in foci]
+    return [Variant(focus, rng.choice(FAILURE_CHOICES), rng.random() < 0.3, temp, form)
+            for focus, temp, form in zip(foci, temps, forms, strict=True)]
 
 
 def pick_failures(failures: list[dict], how: str, limit: int,

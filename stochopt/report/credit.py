@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 TOP_MOVES = 3  # the largest moves of a step's path kept for the report
+LLM_MOVES = 8  # the LLM's downhill moves of a step's path kept for the report
 
 
 @dataclass
@@ -27,6 +28,7 @@ class _Path:
     downhill: dict[str, int] = field(default_factory=dict)  # proposer -> cycles saved
     moves: int = 0                                  # taken moves along the route
     top: list[dict] = field(default_factory=list)   # its largest decreases
+    llm: list[dict] = field(default_factory=list)   # the LLM's decreases, latest kept
 
 
 class PathCredit:
@@ -37,6 +39,7 @@ class PathCredit:
         self.running = start_cycles  # the global best so far
         self.paths: dict[object, _Path] = {}
         self.steps: list[dict] = []
+        self.llm_proved: set[tuple[str, int]] = set()   # (request, candidate) that were best
 
     def add(self, event: dict, t: float) -> None:
         chain = event.get("chain")
@@ -63,8 +66,12 @@ class PathCredit:
             path.top = sorted(path.top + [{"proposer": proposer, "move": event.get("move"),
                                            "saved": decrease}],
                               key=lambda m: -m["saved"])[:TOP_MOVES]
+            if event.get("llm_request"):
+                path.llm = (path.llm + [llm_move(event, t, decrease, cycles)])[-LLM_MOVES:]
         if event["outcome"] != "best":
             return
+        if event.get("llm_request"):
+            self.llm_proved.add((event["llm_request"], event.get("llm_candidate", 0)))
         path.best = min(path.best, cycles)
         if cycles >= self.running:  # another chain was already ahead: no global step
             return
@@ -73,7 +80,8 @@ class PathCredit:
         self.steps.append({"t": t, "cycles": cycles, "proposer": proposer,
                            "move": event.get("move"), "chain": chain, "saved": saved,
                            "credit": apportion(saved, path.downhill or {proposer: 1}),
-                           "path_moves": path.moves, "largest_moves": path.top})
+                           "path_moves": path.moves, "largest_moves": path.top,
+                           **({"llm_moves": path.llm} if path.llm else {})})
         self.paths[chain] = _Path(cycles, cycles)
 
 
@@ -90,6 +98,17 @@ class PathCredit:
         if carry.get("current") is not None:
             path.current = int(carry["current"])
         return path
+
+
+def llm_move(event: dict, t: float, saved: int, cycles: int) -> dict:
+    """An LLM candidate that lowered its chain's cycles: which request and candidate, the
+    form, and the plan's steps when it was a plan."""
+    move = {"t": t, "request": event["llm_request"], "candidate": event.get("llm_candidate", 0),
+            "form": event.get("llm_form") or event.get("move"), "saved": saved,
+            "cycles": cycles}
+    if event.get("llm_steps"):
+        move["steps"] = event["llm_steps"]
+    return move
 
 
 def apportion(total: int, weights: dict[str, int]) -> dict[str, int]:

@@ -118,7 +118,8 @@ def run_facts(run_dir: str | Path, now: float | None = None) -> dict:
         "relies_on": _relies_on(rd, run, best_text, machine, best_error, notes),
         "counterexamples": _count_files(rd / COUNTEREXAMPLES),
         "llm_transcripts": _count_files(rd / LLM_TRANSCRIPTS),
-        "llm": llm_facts(rd, run),   # requests, prompt sizes, failures, variants
+        # requests, prompt sizes, failures, the yield per form and variant, improvements
+        "llm": llm_facts(rd, run, events["llm_proved"], improvements),
         "restarts": events["restarts"],  # chains started again after their node died (Ray)
         "tuning": run.get("tuning"),  # what the tuning database gave the run
         "history": history_facts(run, rd),  # this spec's runs in the tuning database
@@ -248,6 +249,7 @@ def _read_events(path: Path, notes: list[str], start_cycles: int) -> dict:
     credit = PathCredit(start_cycles)
     per = {"proposals": 0, "accepted": 0, "tokens": 0, "cost_usd": 0.0, "last_t": 0.0,
            "outcomes": dict.fromkeys(OUTCOMES, 0), "by_proposer": {}, "steps": credit.steps,
+           "llm_proved": credit.llm_proved,
            "times": array("d"), "taken": array("b"), "spans": [], "restarts": []}
     skipped = 0
     try:

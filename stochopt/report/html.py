@@ -17,6 +17,12 @@ from stochopt.report.facts import (
     llm_configured,
 )
 from stochopt.report.history import history_html
+from stochopt.report.llm_facts import (
+    IMPROVEMENT_COLUMNS,
+    YIELD_COLUMNS,
+    improvement_rows,
+    yield_tables,
+)
 from stochopt.report.terminal import credit_text, op_label
 from stochopt.report.words import plural
 
@@ -152,17 +158,32 @@ def _improvements_table(f: dict) -> str:
 
 
 def _llm_variants_table(f: dict) -> str:
-    """What each LLM prompt variant (its focus) produced."""
+    """What the LLM yielded per reply form and per prompt focus, and the improvements it
+    made with what made them."""
     llm = f.get("llm")
-    if not llm or not llm["variants"]:
-        return ""
-    keys = ("requests", "answered", "candidates", "kernels", "accepted", "best")
-    head = "<th class=text>LLM prompt focus</th>" + "".join(f"<th>{k}</th>" for k in keys)
-    rows = "".join(f"<tr><td class='text'>{html.escape(r['focus'])}</td>"
-                   + "".join(f"<td>{r[k]}</td>" for k in keys) + "</tr>"
-                   for r in llm["variants"])
-    return (f"<div class='wide'><table class='num'><thead><tr>{head}</tr></thead>"
-            f"<tbody>{rows}</tbody></table></div>")
+    parts = []
+    for title, first, rows in yield_tables(llm):
+        head = f"<th class=text>{html.escape(title)}: {first}</th>" + "".join(
+            f"<th>{html.escape(h)}</th>" for _, h, _ in YIELD_COLUMNS)
+        body = "".join(
+            f"<tr{' class=total' if r[0] == 'total' else ''}><td class='text'>"
+            f"{html.escape(r[0])}</td>" + "".join(f"<td>{html.escape(c)}</td>" for c in r[1:])
+            + "</tr>" for r in rows)
+        parts.append(f"<div class='wide'><table class='num'><thead><tr>{head}</tr></thead>"
+                     f"<tbody>{body}</tbody></table></div>")
+    moves = improvement_rows(llm)
+    if moves:
+        head = "".join(f"<th{' class=text' if c in ('form', 'request', 'made by') else ''}>"
+                       f"{c}</th>" for c in IMPROVEMENT_COLUMNS)
+        body = "".join("<tr>" + "".join(
+            f"<td{' class=text' if j >= 3 else ''}>{html.escape(c)}</td>"
+            for j, c in enumerate(r)) + "</tr>" for r in moves)
+        parts.append("<p><b>Improvements the LLM made</b> (on the paths to the best)</p>"
+                     f"<div class='wide'><table class='num'><thead><tr>{head}</tr></thead>"
+                     f"<tbody>{body}</tbody></table></div>")
+    parts += [f"<p class='muted'>LLM: {html.escape(n)}</p>" for n in (llm or {}).get(
+        "notes", [])]
+    return "".join(parts)
 
 
 def _proposer_table(f: dict) -> str:

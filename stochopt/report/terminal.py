@@ -20,6 +20,12 @@ from stochopt.report.facts import (
     llm_configured,
 )
 from stochopt.report.history import history_view
+from stochopt.report.llm_facts import (
+    IMPROVEMENT_COLUMNS,
+    YIELD_COLUMNS,
+    improvement_rows,
+    yield_tables,
+)
 from stochopt.report.words import plural
 
 
@@ -102,7 +108,7 @@ def report_view(facts: dict, width: int = 100) -> Group:
     """Everything `stochopt report` prints, top to bottom, as one rich renderable."""
     parts: list = [summary_table(facts)]
     parts += [Text(f"note: {n}", style="yellow") for n in facts["notes"]]
-    parts += [Text(""), proposer_table(facts, width), *llm_variants_table(facts), Text(""),
+    parts += [Text(""), proposer_table(facts, width), *llm_variants_table(facts, width), Text(""),
               Text("best cycles over time", style="bold"),
               trajectory_chart(facts, width=min(width, 120)),
               improvements_table(facts), Text(""),
@@ -180,20 +186,54 @@ def proposer_table(facts: dict, width: int = 100) -> Table:
     return table
 
 
-def llm_variants_table(facts: dict) -> list:
-    """What each LLM prompt variant (its focus) produced; nothing without an LLM."""
+def _fitting(headers: list[str], rows: list[list[str]], optional: list[bool],
+             width: int) -> list[int]:
+    """The columns to show: all that fit in ``width``, leaving out optional ones from the
+    right first."""
+    def size(j: int) -> int:
+        return max([len(w) for w in headers[j].split(" ")] + [len(r[j]) for r in rows]) + 3
+
+    keep = list(range(len(headers)))
+    for j in reversed(range(len(headers))):
+        if sum(size(k) for k in keep) <= width:
+            break
+        if optional[j]:
+            keep.remove(j)
+    return keep
+
+
+def llm_variants_table(facts: dict, width: int = 100) -> list:
+    """What the LLM yielded per reply form and per prompt focus, and the improvements it
+    made with what made them; nothing without an LLM."""
     llm = facts.get("llm")
-    if not llm or not llm["variants"]:
-        return []
-    table = Table(title="LLM prompt variants", box=box.SIMPLE_HEAD, show_edge=False,
-                  title_justify="left", title_style="bold")
-    keys = ("requests", "answered", "candidates", "kernels", "accepted", "best")
-    table.add_column("focus")
-    for key in keys:
-        table.add_column(key, justify="right")
-    for row in llm["variants"]:
-        table.add_row(row["focus"], *(str(row[k]) for k in keys))
-    return [Text(""), table]
+    out: list = []
+    for title, first, rows in yield_tables(llm):
+        headers = [first] + [h for _, h, _ in YIELD_COLUMNS]
+        keep = _fitting(headers, rows, [False] + [o for _, _, o in YIELD_COLUMNS], width)
+        table = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                      title_justify="left", title_style="bold")
+        for j in keep:
+            table.add_column(headers[j].replace(" ", "\n"),
+                             justify="left" if j == 0 else "right",
+                             min_width=max(len(r[j]) for r in rows) if j == 0 else None)
+        for row in rows:
+            table.add_row(*(row[j] for j in keep),
+                          style="bold" if row[0] == "total" else None)
+        out += [Text(""), table]
+    moves = improvement_rows(llm)
+    if moves:
+        table = Table(title="improvements the LLM made (on the paths to the best)",
+                      box=box.SIMPLE_HEAD, show_edge=False, title_justify="left",
+                      title_style="bold")
+        for col in IMPROVEMENT_COLUMNS:
+            table.add_column(col, justify="left" if col in ("form", "request", "made by")
+                             else "right", overflow="fold")
+        for row in moves:
+            table.add_row(*row)
+        out += [Text(""), table]
+    for note in (llm or {}).get("notes", []):
+        out.append(Text(f"LLM: {note}", style="yellow"))
+    return out
 
 
 def trajectory_chart(facts: dict, width: int = 80, height: int = 8) -> Text:

@@ -35,6 +35,8 @@ def progress_view(s: dict) -> Group:
         table.add_row(name, *(str(counts.get(o, 0)) for o in LIVE_OUTCOMES))
     parts = [head, best] + ([Text(s["start"], style="cyan")] if s.get("start") else []) + \
         [table]
+    if s.get("llm_yield"):  # one short line: what each reply form has yielded so far
+        parts.append(Text(s["llm_yield"], style="cyan"))
     for err in s.get("errors", [])[-3:]:
         parts.append(Text(f"error: {err}", style="red"))
     return Group(*parts)
@@ -57,6 +59,7 @@ def summary_lines(r) -> list[str]:
              f"{'yes' if r.verified else 'NO'}",
              *([f"LLM: {r.tokens} tokens, ${r.cost_usd:.4f}"] if r.tokens or r.cost_usd else []),
              *([r.start] if r.start else []),
+             *llm_yield_lines(getattr(r, "llm_yield", None)),
              f"best kernel: {r.best_path}", f"run directory: {r.run_dir}"]
     if r.unproved_cycles is not None:
         lines.append(f"unproved: a faster kernel ({r.unproved_cycles} cycles) is in "
@@ -68,3 +71,20 @@ def summary_lines(r) -> list[str]:
     if r.stopped_by == "interrupted":
         lines.append(f"continue it with: stochopt optimize --resume {r.run_dir}")
     return lines
+
+
+def llm_yield_lines(table: dict | None) -> list[str]:
+    """The summary's lines on the LLM's yield: one per reply form (stochopt/llm/yields.py)."""
+    if not table:
+        return []
+    out = []
+    for row in table.get("forms", []):
+        cost = (f"; {row['tokens_per_accepted']} tokens per accepted candidate"
+                if row["tokens_per_accepted"] is not None else "")
+        if row.get("usd_per_accepted"):
+            cost += f" (${row['usd_per_accepted']:.4f})"
+        out.append(f"LLM yield ({row['name']}): {row['requests']} asked, {row['replies']} "
+                   f"answered, {row['well_typed']} well-typed of {row['candidates']}, "
+                   f"{row['screened_equal']} equal on screening, {row['accepted']} accepted, "
+                   f"{row['new_bests']} new bests, {row['proved']} proved{cost}")
+    return out

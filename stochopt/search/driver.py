@@ -213,6 +213,7 @@ class RunResult(Displayable):  # Displayable: Jupyter shows its summary and char
     unproved_path: str | None = None
     signal: int | None = None   # the signal that interrupted the run (SIGINT, SIGTERM)
     start: str | None = None    # what the tuning database gave the start, if anything
+    llm_yield: dict | None = None  # per reply form and prompt focus (stochopt/llm/yields.py)
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -1,12 +1,19 @@
-"""The llm proposer: kernels written by a model behind an OpenAI-compatible endpoint.
+"""The llm proposer: kernels from a model behind an OpenAI-compatible endpoint.
 
 A chain asks ``take(chain)`` for a candidate whenever its bandit picks the llm arm.
 take() never waits when other proposers share the chain: it starts requests (up to
 ``concurrency`` in flight, on threads of this worker process) and hands out candidates
 from replies that have arrived, or None so that a builtin move runs meanwhile. With the
-llm alone it waits for the next reply. Each reply's code blocks go through the LEIR
-parser and nothing else; every outcome comes back through ``record`` and feeds the
-next prompt. Every request is written to llm/ in the run directory.
+llm alone it waits for the next reply.
+
+Each request asks for one form (stochopt/llm/forms.py): a transform plan from the menu
+of rewrites that apply to the kernel shown, edits of it, or a whole kernel; the form is
+drawn by what each has yielded so far. Where the endpoint constrains decoding
+(stochopt/llm/structured.py) the reply's shape is sent with the request. Replies are read
+by llm_replies.py (the LEIR parser, or the plan applied to the kernel shown); every
+outcome comes back through ``record``, feeds the next prompt and the forms' yields, and
+an accepted plan's rules weigh more in the chain's rewrite arm for a while
+(stochopt/llm/steering.py). Every request is written to llm/ in the run directory.
 """
 
 from __future__ import annotations
@@ -16,10 +23,10 @@ import random
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
-from stochopt.errors import ParseError, StochoptError
+from stochopt.errors import StochoptError
 from stochopt.leir.parser import parse
 from stochopt.leir.render import render
 from stochopt.llm.client import (
@@ -41,48 +48,49 @@ from stochopt.llm.context import (
     reply_room,
     table_context,
 )
+from stochopt.llm.forms import FORMS, MAX_PLAN_STEPS, FormYield, answer_text, form_weights
+from stochopt.llm.gbnf import to_gbnf
+from stochopt.llm.grammar import edit_grammar, kernel_grammar, plan_grammar, plan_schema
 from stochopt.llm.options import DEFAULTS
-from stochopt.llm.prompt import (
-    EDIT_START,
-    LEVELS,
-    Prompt,
-    PromptBuilder,
-    apply_edits,
-    code_blocks,
-    load_templates,
-)
+from stochopt.llm.plan_prompt import PlanPrompts
+from stochopt.llm.prompt import LEVELS, Prompt, PromptBuilder, load_templates
+from stochopt.llm.steering import RuleSteering
+from stochopt.llm.structured import JSON, Structured, fields
 from stochopt.llm.variants import Variant, draw_variants, pick_failures, temperature_range
 from stochopt.rundir import LLM_TRANSCRIPTS
 from stochopt.search.chain import Candidate
-from stochopt.verify.check import check, check_signature
+from stochopt.search.llm_replies import LLMCandidate, ReplyReader, transcript_entry
+from stochopt.transform.plan import plan_to_json
+from stochopt.verify.check import check
 
-MAX_CANDIDATES = 8             # code blocks taken from one reply
 MAX_COOLDOWN_S = 300.0         # the longest pause after failed requests
 GIVE_UP_AFTER = 3              # identical unfixable failures in a row stop the proposer
-
-
-@dataclass
-class LLMCandidate(Candidate):
-    request: str | None = None   # the transcript it came from (llm/<request>.json)
-    number: int = 0              # its place among that request's candidates
-    code: str | None = None      # the text it was read from
-    focus: str | None = None     # the variant's focus
-    prompt_tokens: int = 0       # the request's prompt, counted once (on its first candidate)
-    stopped: str | None = None   # set on the failure that made the proposer give up
+TAKEN = ("accepted", "best", "checking", "unproved")  # the chain moved to the candidate
+PROBE_TOKENS = 24              # the reply room of a probe of constrained decoding
+STRUCTURED_JSON = "structured.json"  # what the probe found, shared by the run's chains
 
 
 class LLMProposer:
     def __init__(self, options: dict, spec, machine, baseline, run_dir: str | Path | None,
                  chain_index: int = 0, deadline: float | None = None, stop=None,
-                 roofline_cycles: int | None = None, seed: int | None = None) -> None:
+                 roofline_cycles: int | None = None, seed: int | None = None,
+                 client=None) -> None:
         self.options, self.spec, self.machine = options, spec, machine
         self.chain_index = chain_index
         self.deadline, self.stop = deadline, stop   # wall-clock time; a multiprocessing Event
         self.dir = Path(run_dir) / LLM_TRANSCRIPTS if run_dir else None
         self.prompts = PromptBuilder(load_templates(options.get("prompts")), spec, machine,
                                      baseline, roofline_cycles, options.get("examples"))
+        self.plans = PlanPrompts(self.prompts)
         self.closed = threading.Event()
-        self.client = Client(options, self.closed)
+        # the client: anything with complete() and probe() (a benchmark's stand-in)
+        self.client = client or Client(options, self.closed)
+        self.reader = ReplyReader(spec, machine)
+        self.structured = Structured(options.get("structured") or "auto")
+        self.forms = tuple(options.get("forms") or FORMS)
+        self.yields = {f: FormYield() for f in FORMS}
+        self.steering = RuleSteering()
+        self._notes: list[str] = []    # lines for the user, put on the next candidate
         self.failures: deque[dict] = deque(maxlen=max(8, options["failures_in_prompt"]))
         self.rng = random.Random(f"llm-{chain_index if seed is None else seed}")
         self.temperatures = temperature_range(options.get("temperature"), options["model"])
@@ -104,7 +112,6 @@ class LLMProposer:
         self._best: tuple[str, object, int] | None = None
         self._earlier: deque[tuple[int, str]] = deque(maxlen=3)  # (cycles, text) of old bests
         self._system_files: set[str] = set()
-        self._output_shape: tuple | None = None
         self._chain = None
         # the run's limits when chains share them across machines (Ray: the coordinating
         # actor, stochopt/search/ray_actors.py): acquire(n) -> slots granted,
@@ -123,8 +130,8 @@ class LLMProposer:
         """A candidate from a reply that has arrived, or None (then a builtin move runs).
         With the llm as the chain's only arm, waits for one until the run stops."""
         self._chain = chain
-        if self._output_shape is None and chain.screening.references:
-            self._output_shape = tuple(chain.screening.references[0].shape)
+        if self.reader.output_shape is None and chain.screening.references:
+            self.reader.output_shape = tuple(chain.screening.references[0].shape)
         self._start_requests(chain)
         cand = self._pop()
         while (cand is None and chain.arms == ["llm"] and not self._stopping()
@@ -141,11 +148,15 @@ class LLMProposer:
         """The chain's verdict on a candidate: into its transcript and the next prompt."""
         if not isinstance(cand, LLMCandidate) or cand.request is None:
             return
-        event["llm_request"] = cand.request
+        event.update(llm_request=cand.request, llm_candidate=cand.number, llm_form=cand.form)
         if cand.focus:
             event["llm_variant"] = cand.focus
+        if cand.steps:
+            event["llm_steps"] = plan_to_json(cand.steps)
         if cand.prompt_tokens:
             event["prompt_tokens"] = cand.prompt_tokens
+        if cand.note:
+            event["llm_note"] = cand.note
         if cand.stopped:
             event["llm_stopped"] = cand.stopped
             if self.stop is not None and self._chain is not None and \
@@ -153,16 +164,28 @@ class LLMProposer:
                 self.stop.set()   # nothing else can propose: the run ends (exit status 1)
         outcome = event["outcome"]
         error = self._explain(event, cand)
+        verdict = judged(event)
         with self._cond:
             t = self.transcripts.get(cand.request)
             if t is not None:
                 t["candidates"][cand.number].update(
-                    outcome=outcome, cycles=event.get("cycles"), error=error)
+                    outcome=outcome, cycles=event.get("cycles"), error=error, **verdict)
                 if all(c.get("outcome") for c in t["candidates"]):
                     self._save(t)
+            if cand.move != "request_failed":
+                y = self.yields[cand.form]
+                y.well_typed += verdict["well_typed"]
+                y.accepted += verdict["accepted"]
+            if verdict["accepted"] and cand.steps:  # the model's judgement, for the rules
+                self.steering.reinforce(s.rule for s in cand.steps)
         if outcome != "best" and cand.move != "request_failed":
             self.failures.append({"outcome": outcome, "cycles": event.get("cycles"),
-                                  "error": error, "code": cand.code})
+                                  "error": error, "code": cand.code, "plan": cand.plan,
+                                  "rules": [s.rule for s in cand.steps]})
+
+    def rule_weights(self, base):
+        """The rewrite arm's weights for one draw (the chain's proposer asks)."""
+        return self.steering.weights(base)
 
     def _explain(self, event: dict, cand: LLMCandidate) -> str | None:
         """The event's verdict in words the model can act on."""
@@ -219,42 +242,48 @@ class LLMProposer:
                 if free <= 0:
                     return
             variants = draw_variants(self.rng, free, set(self._in_flight.values()),
-                                     self.temperatures)
+                                     self.temperatures, form_weights(self.yields, self.forms))
             ids = []
             for variant in variants:
                 self._seq += 1
                 rid = f"chain{self.chain_index}-{self._seq:05d}"
                 self._in_flight[rid] = variant.focus
+                self.yields[variant.form].requests += 1
                 ids.append(rid)
-        kernel = self._best_kernel(chain)
-        base_text = render(kernel)
+        kernel, path = self._best_kernel(chain)
         limit = self.options["failures_in_prompt"]
         for rid, variant in zip(ids, variants, strict=True):
-            failures = pick_failures(list(self.failures), variant.failures, limit, self.rng)
+            # plans see the plans that failed, kernels and edits the code that failed
+            mine = [f for f in self.failures if (f.get("plan") is not None) ==
+                    (variant.form == "plan")]
+            failures = pick_failures(mine, variant.failures, limit, self.rng)
             earlier = self._earlier[-1] if variant.earlier_best and self._earlier else None
             self.transcripts[rid] = self._transcript(rid, variant)
             threading.Thread(target=self._request,
-                             args=(rid, variant, kernel, failures, earlier, base_text),
+                             args=(rid, variant, kernel, path, failures, earlier),
                              daemon=True, name=f"stochopt-llm-{rid}").start()
 
     def _best_kernel(self, chain):
+        """The kernel the prompts show (the best the chain knows) and its path from the
+        run's start, when the chain knows it (None otherwise)."""
         text = getattr(chain, "best_text", None)
         if text is None:
-            return chain.current
+            return chain.current, getattr(chain, "current_path", None)
         if self._best is None or self._best[0] != text:
             try:
                 kernel = parse(text, self.machine)
             except StochoptError:
-                return chain.current
+                return chain.current, getattr(chain, "current_path", None)
             if self._best is not None:
                 self._earlier.append((self._best[2], self._best[0]))
             self._best = (text, kernel, chain.best_cycles)
-        return self._best[1]
+        return self._best[1], getattr(chain, "best_path", None)
 
     # -- the context -------------------------------------------------------------------
     def _learn_context(self) -> None:
         """Once per proposer, before the first prompt: the model's context, from the
-        setting, the server's model listing, the table of hosted models, or the default."""
+        setting, the server's model listing, the table of hosted models, or the default;
+        and, with --structured auto, what the endpoint constrains decoding by."""
         with self._setup:
             if self.context_tokens is not None:
                 return
@@ -267,7 +296,13 @@ class LLMProposer:
                                   (DEFAULT_CONTEXT_TOKENS, "the default for unknown models")):
                 if value:
                     self.context_tokens, self.context_source = value, source
-                    return
+                    break
+            probe = {} if is_reasoning_model(model) else {"max_tokens": PROBE_TOKENS,
+                                                          "temperature": 0.0}
+            lines = self.structured.probe(self.client, probe, self.dir / STRUCTURED_JSON
+                                          if self.dir is not None else None)
+            with self._cond:
+                self._notes += lines
 
     def _budget(self) -> tuple[int, int]:
         """(tokens the prompt may use, tokens kept for the reply)."""
@@ -285,12 +320,17 @@ class LLMProposer:
     def _prompt(self, kernel, failures, variant: Variant, earlier, min_level: int = 0
                 ) -> tuple[Prompt, int]:
         budget, room = self._budget()
+        if variant.form == "plan":
+            return self.plans.build(kernel, failures, budget, self.tokens.estimate,
+                                    variant.focus, self.context_tokens), room
+        constrained = self.structured.family_for(variant.form) is not None
         prompt = self.prompts.build(kernel, failures, budget, self.tokens.estimate,
-                                    variant.focus, earlier, min_level)
+                                    variant.focus, earlier, min_level,
+                                    answer_text(variant.form, constrained))
         return prompt, room
 
-    def _request(self, rid: str, variant: Variant, kernel, failures: list[dict], earlier,
-                 base_text: str) -> None:
+    def _request(self, rid: str, variant: Variant, kernel, path, failures: list[dict],
+                 earlier) -> None:
         """On a thread: one request (shrunk and sent again once if the model's context
         refuses it), its candidates into the ready queue."""
         t = self.transcripts[rid]
@@ -304,19 +344,62 @@ class LLMProposer:
                     f"reply's {room} do not fit a context of {self.context_tokens} tokens",
                     [], 0.0, kind="context")
             try:
-                reply = self.client.complete(prompt.messages, self._overrides(variant, room))
+                reply = self._send(t, variant, prompt, kernel, room)
             except RequestFailed as e:
-                if e.kind != "context" or prompt.level == len(LEVELS) - 1:
+                if e.kind != "context" or variant.form == "plan" or \
+                        prompt.level == len(LEVELS) - 1:
                     raise
                 prompt, room = self._shrink(t, e, prompt, kernel, failures, variant, earlier)
-                reply = self.client.complete(prompt.messages, self._overrides(variant, room))
+                reply = self._send(t, variant, prompt, kernel, room)
             if reply.usage_reported and not reply.cached:
                 self.tokens.observe(prompt.messages, reply.prompt_tokens)
-            cands = self._candidates(rid, reply, base_text)
+            if variant.form == "plan":
+                cands = self.reader.plan_candidates(reply.contents, kernel, prompt.entries,
+                                                    path)
+            else:
+                cands = self.reader.code_candidates(reply.contents, render(kernel))
         except Exception as e:  # RequestFailed, or a bug: either way the run goes on
             self._failed(rid, t, variant, e)
             return
         self._arrived(rid, t, variant, reply, cands)
+
+    def _send(self, t: dict, variant: Variant, prompt: Prompt, kernel, room: int) -> Reply:
+        """The request, constrained where the endpoint takes it; a dialect it refuses is
+        dropped for the run and the request sent again at once (the next dialect, or free
+        text, with one line saying so)."""
+        overrides = self._overrides(variant, room)
+        while True:
+            family = self.structured.family_for(variant.form)
+            dialect = self.structured.dialect(family) if family else None
+            constraint = None
+            if dialect is not None:
+                payload = self._constraint(variant.form, family, prompt, kernel)
+                constraint = fields(dialect, payload, f"stochopt_{variant.form}")
+            t["structured"] = {**self.structured.describe(), "constrained": dialect}
+            try:
+                return self.client.complete(prompt.messages, overrides, constraint)
+            except RequestFailed as e:
+                if e.kind != "constraint" or dialect is None:
+                    raise
+                t.setdefault("structured_refused", []).append(
+                    {"dialect": dialect, "error": str(e)[:300]})
+                note = self.structured.refused(dialect, e)
+                if note:
+                    with self._cond:
+                        self._notes.append(note)
+
+    def _constraint(self, form: str, family: str, prompt: Prompt, kernel):
+        """The shape of the reply a form asks for, as a JSON schema or a GBNF grammar."""
+        text = render(kernel)
+        if form == "plan":
+            numbers = [e.number for e in prompt.entries] or [1]
+            if family == JSON:
+                return plan_schema(numbers, MAX_PLAN_STEPS)
+            return to_gbnf(plan_grammar(numbers, MAX_PLAN_STEPS))
+        if form == "edit":
+            return _edit_gbnf(text)
+        return _kernel_gbnf(next(line for line in text.splitlines()
+                                 if line.startswith("def ")))
 
     def _shrink(self, t: dict, error: RequestFailed, sent: Prompt, kernel, failures, variant,
                 earlier) -> tuple[Prompt, int]:
@@ -348,6 +431,8 @@ class LLMProposer:
                                                                 prompt.messages),
                            "context_tokens": self.context_tokens,
                            "context_source": self.context_source, "reply_tokens": room}
+            if variant_form(t) == "plan":
+                t["prompt"]["menu_entries"] = len(getattr(prompt, "entries", ()))
             t["params"] = self.client.params(self._overrides(t["variant_obj"], room))
 
     def _failed(self, rid: str, t: dict, variant: Variant, e: Exception) -> None:
@@ -357,8 +442,9 @@ class LLMProposer:
         latency = e.latency_s if failed else 0.0
         cand = LLMCandidate("llm", "request_failed", error=f"LLM request failed: {message}",
                             outcome="invalid", request=rid, latency_s=latency,
-                            focus=variant.focus)
+                            focus=variant.focus, form=variant.form)
         with self._cond:
+            cand.note = t["note"] = self._take_notes()
             t.update(status="failed", error=message, error_kind=kind,
                      latency_s=round(latency, 3), attempts=e.attempts if failed else [],
                      candidates=[{"move": cand.move}])
@@ -385,20 +471,22 @@ class LLMProposer:
         tokens = 0 if reply.cached else reply.prompt_tokens + reply.completion_tokens
         cands[0].tokens, cands[0].cost_usd = tokens, cost   # the request, counted once
         cands[0].prompt_tokens = 0 if reply.cached else reply.prompt_tokens
-        for c in cands:
+        for i, c in enumerate(cands):
+            c.request, c.number = rid, i
             c.latency_s = reply.latency_s / len(cands)
-            c.focus = variant.focus
+            c.focus, c.form = variant.focus, variant.form
         with self._cond:
+            cands[0].note = t["note"] = self._take_notes()
+            if reply.usage_reported and not reply.cached:
+                y = self.yields[variant.form]
+                y.tokens, y.measured = y.tokens + tokens, y.measured + 1
             t.update(status="ok", latency_s=round(reply.latency_s, 3), replies=reply.contents,
                      finish_reasons=reply.finish_reasons, truncated=reply.truncated,
                      cached=reply.cached, attempts=reply.attempts, cost_usd=cost,
                      usage={"prompt_tokens": reply.prompt_tokens,
                             "completion_tokens": reply.completion_tokens,
                             "reported": reply.usage_reported},
-                     candidates=[{"move": c.move, "code": c.code,
-                                  **({} if c.outcome is None else
-                                     {"read_as": c.outcome, "read_error": c.error})}
-                                 for c in cands])
+                     candidates=[transcript_entry(c) for c in cands])
             if self.closed.is_set():  # too late: nobody will evaluate them
                 for c in t["candidates"]:
                     c["outcome"] = "not evaluated: the run ended first"
@@ -425,50 +513,12 @@ class LLMProposer:
         return (f"the LLM proposer stopped after {count} identical failures "
                 f"({message[:240]}): {fix}")
 
+    def _take_notes(self) -> str | None:
+        """The lines waiting for the user (said once, on the next candidate)."""
+        notes, self._notes = self._notes, []
+        return "; ".join(notes) or None
+
     # -- replies ---------------------------------------------------------------------
-    def _candidates(self, rid: str, reply: Reply, base_text: str) -> list[LLMCandidate]:
-        out: list[LLMCandidate] = []
-        for content in reply.contents or [""]:  # no choices at all reads as no code
-            blocks = code_blocks(content)
-            if not blocks:
-                out.append(LLMCandidate(
-                    "llm", "no_code", outcome="parse_error", code=content[:400],
-                    error="the reply holds no code block: answer with one ```leir block "
-                          "holding the whole kernel"))
-            for block in blocks:
-                move = "edit" if EDIT_START.search(block) else "kernel"
-                try:
-                    text = apply_edits(base_text, block) if move == "edit" else block
-                except ParseError as e:
-                    out.append(LLMCandidate("llm", move, error=str(e), outcome="parse_error",
-                                            code=block))
-                    continue
-                kernel, outcome, error = self._read(text)
-                out.append(LLMCandidate("llm", move, kernel, error, outcome, code=text))
-        out = out[:MAX_CANDIDATES]
-        for i, c in enumerate(out):
-            c.request, c.number = rid, i
-        return out
-
-    def _read(self, text: str):
-        """(kernel, None, None) for a kernel the chain may evaluate, else (None, outcome,
-        error). The LEIR parser is the only thing that ever reads model output."""
-        try:
-            kernel = parse(text, self.machine)
-            check_signature(kernel, self.spec)
-        except ParseError as e:
-            return None, "parse_error", str(e)
-        except StochoptError as e:  # a ConstraintError, or the wrong signature
-            return None, "invalid", str(e)
-        except Exception as e:  # the parser must never take the run down with it
-            return None, "parse_error", f"stochopt could not read this text " \
-                                        f"({type(e).__name__}: {str(e)[:200]})"
-        shape = kernel.output_type.shape
-        if self._output_shape is not None and tuple(shape) != self._output_shape:
-            return None, "invalid", (f"the kernel returns shape {list(shape)}, the spec "
-                                     f"{list(self._output_shape)}")
-        return kernel, None, None
-
     def _counterexample(self, kernel) -> str | None:
         """Why a kernel failed screening, said the way the verifier says it."""
         chain = self._chain
@@ -482,6 +532,7 @@ class LLMProposer:
 
     # -- transcripts -----------------------------------------------------------------
     def _transcript(self, rid: str, variant: Variant) -> dict:
+        """A new request's transcript (its variant names the form and the focus)."""
         return {"id": rid, "chain": self.chain_index, "model": self.client.model,
                 "base_url": self.client.base_url, "price_per_million":
                 [self.client.price_in, self.client.price_out, self.client.price_source],
@@ -507,3 +558,31 @@ class LLMProposer:
             write_json_atomic(self.dir / f"{t['id']}.json",
                               {k: v for k, v in t.items() if k != "variant_obj"})
 
+
+
+def variant_form(t: dict) -> str:
+    return (t.get("variant") or {}).get("form") or "kernel"
+
+
+def judged(event: dict) -> dict:
+    """What the chain's verdict on a candidate says, as the yield counts it: read into a
+    well-typed kernel, equal to the spec on the screening inputs, accepted by the chain
+    (it moved there, maybe on to its full check), a new best sent to its full check."""
+    outcome, error = event["outcome"], event.get("error")
+    submitted = outcome in ("best", "checking", "unproved") or bool(
+        event.get("counterexample"))
+    screened = submitted or (isinstance(error, int | float) and not isinstance(error, bool)
+                             and error == 0)
+    return {"well_typed": outcome not in ("parse_error", "invalid"),
+            "screened_equal": screened, "accepted": outcome in TAKEN or submitted,
+            "new_best": submitted}
+
+
+@lru_cache(maxsize=8)
+def _kernel_gbnf(def_line: str) -> str:
+    return to_gbnf(kernel_grammar(def_line, comments=False))
+
+
+@lru_cache(maxsize=8)
+def _edit_gbnf(kernel_text: str) -> str:
+    return to_gbnf(edit_grammar(kernel_text))

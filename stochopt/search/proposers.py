@@ -75,8 +75,8 @@ class Bandit:
     arms: dict[str, Arm] = field(default_factory=dict)
     floor: float = 0.1
 
-    def choose(self, rng: random.Random) -> str:
-        names = sorted(self.arms)
+    def choose(self, rng: random.Random, exclude: str | None = None) -> str:
+        names = sorted(n for n in self.arms if n != exclude)
         scores = [(self.arms[n].improvement + 0.01) / (self.arms[n].units + 1.0)
                   for n in names]
         total = sum(scores)
@@ -154,12 +154,16 @@ class ChainProposer:
             if self.arms == ["llm"]:  # take() waited for a reply until the run stopped
                 return Candidate("llm", "no_reply", error="the run stopped before a reply "
                                  "came", outcome="invalid")
-            arm = "mutate"  # no reply ready yet: keep the chain busy meanwhile
+            # no reply ready yet: another arm, by its share, keeps the chain busy (the llm
+            # arm is charged only for its candidates, so its score does not fall while
+            # none arrive: always mutating here starved the rewrite arm)
+            arm = self.bandit.choose(rng, exclude="llm")
         if arm == "lookahead":
             return self._lookahead(kernel, rng)
         for attempt in range(16):  # a move that does not apply here is redrawn
             try:
-                move, proposed, steps = BUILTIN[arm](kernel, rng, self.machine, self.weights,
+                move, proposed, steps = BUILTIN[arm](kernel, rng, self.machine,
+                                                     self._weights(arm),
                                                      self._applicable(kernel, arm))
             except ParseError as e:
                 return Candidate(arm, getattr(e, "move", "?"), error=str(e),
@@ -197,6 +201,13 @@ class ChainProposer:
                              units=units)
         move = "+".join(s.rule for s in found.steps)
         return Candidate("lookahead", move, found.kernel, steps=found.steps, units=units)
+
+    def _weights(self, arm: str):
+        """The move weights of one draw: the rewrite arm's rules weigh more after the
+        LLM's plans that used them were accepted (bounded and decaying, stochopt/llm/
+        steering.py)."""
+        steer = getattr(self.llm, "rule_weights", None) if arm == "rewrite" else None
+        return steer(self.weights) if steer is not None else self.weights
 
     def feedback(self, cand: Candidate, event: dict, improvement: float) -> None:
         """The chain's verdict: into the LLM's next prompt, the lookahead's knowledge of

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections import deque
 
+from stochopt.llm.yields import LiveYield
 from stochopt.tuning.runs import start_line
 
 KEEP_BESTS = 5  # verified bests the checkpoint keeps for the final re-check to fall back on
@@ -39,6 +40,7 @@ class RunStats:
         self.fastest_found: int | None = None  # the fastest of them
         self.restarts = 0      # chains restarted elsewhere after their node died (Ray)
         self.start = start_line(run.get("tuning"))  # what the tuning database gave it
+        self.llm_yield = LiveYield()   # per reply form: asked, well-typed, accepted, best
 
     def keep_best(self, text: str, cycles: int, verdict: dict, chain: int,
                   plan: list | None = None) -> None:
@@ -63,6 +65,10 @@ class RunStats:
             self.llm_failed += e.get("move") == "request_failed"
             self.llm_answered += e.get("move") != "request_failed"
             self.llm_stopped = e.get("llm_stopped") or self.llm_stopped
+            self.llm_yield.add(e)
+            for note in (e.get("llm_note") or "").split("; "):
+                if note and note not in self.notes:  # constrained decoding given up
+                    self.notes.append(note)
         counts = self.by_proposer.setdefault(e["proposer"], {})
         counts[e["outcome"]] = counts.get(e["outcome"], 0) + 1
         move = self.moves.setdefault((e["proposer"], e.get("move") or "?"), [0, 0, 0])
@@ -90,6 +96,7 @@ class RunStats:
                 "by_proposer": self.by_proposer, "tokens": self.tokens,
                 "cost_usd": self.cost_usd, "checking": self.checking,
                 "fastest_found": self.fastest_found, "start": self.start,
+                "llm_yield": self.llm_yield.line(),
                 "errors": self.errors + ([self.llm_stopped or self.llm_error]
                                          if self.llm_stopped or self.llm_error else [])}
 

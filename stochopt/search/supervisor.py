@@ -20,7 +20,17 @@ from pathlib import Path
 
 from stochopt.errors import StochoptError
 from stochopt.leir.parser import parse
-from stochopt.rundir import BEST_JSON, BEST_LEIR, EVENTS_JSONL, SPEC_PY, read_json, write_json
+from stochopt.llm.yields import read_transcripts, yield_table
+from stochopt.rundir import (
+    BEST_JSON,
+    BEST_LEIR,
+    EVENTS_JSONL,
+    LLM_TRANSCRIPTS,
+    RUN_JSON,
+    SPEC_PY,
+    read_json,
+    write_json,
+)
 from stochopt.search.chain import ChainConfig
 from stochopt.search.checks import LOWERING, START, CheckerJob, CheckPool, Pending
 from stochopt.search.driver import Job, RunResult, save_checkpoint
@@ -149,6 +159,11 @@ def supervise(rd: Path, run: dict, state: dict, start_text: str, baseline_text: 
             for name in ("run.json", "best.json"):
                 write_json(rd / name, {**read_json(rd / name),
                                        "llm_status": run_state.stats.llm_status()})
+        if llm:  # what each reply form and prompt focus yielded, as the report counts it
+            result.llm_yield = yield_table(read_transcripts(rd / LLM_TRANSCRIPTS),
+                                           run_state.stats.llm_yield.proved)
+            write_json(rd / RUN_JSON, {**read_json(rd / RUN_JSON),
+                                       "llm_yield": result.llm_yield})
         return result
     finally:
         run_state.log.close()

@@ -150,16 +150,78 @@ def test_a_short_llm_search_against_a_real_small_model(local_server, tmp_path):
     assert llm["answered"] == len(answered) and llm["status"] == ""
     assert 0 < llm["prompt_tokens_max"] <= CONTEXT - 256
     assert sum(llm["outcomes"].values()) >= len(answered)
+    # the server constrains plans by schema and the rest by grammar: a plan reply is
+    # always a plan from the menu, read into a well-typed kernel
+    assert json.loads((run_dir / "llm" / "structured.json").read_text()) == {
+        "json": ["json_object"], "grammar": ["grammar"]}
+    plans = [t for t in answered if t["variant"]["form"] == "plan"]
+    for t in plans:
+        assert t["structured"]["constrained"] == "json_object"
+        assert all(c["well_typed"] for c in t["candidates"] if "well_typed" in c)
+        assert all(c.get("read_as") != "parse_error" for c in t["candidates"])
+    assert sum(r["requests"] for r in llm["yield"]) == llm["requests"]
+
+
+def test_llama_cpp_takes_the_grammars_and_schemas_stochopt_sends(local_server):
+    """Each constraint, sent to the real server: llama.cpp's grammar parser reads ours (a
+    grammar it cannot read ends the server process) and the replies obey them."""
+    from stochopt.leir.render import render
+    from stochopt.llm.client import Client
+    from stochopt.llm.forms import read_plan
+    from stochopt.llm.gbnf import to_gbnf
+    from stochopt.llm.grammar import edit_grammar, kernel_grammar, plan_grammar, plan_schema
+    from stochopt.llm.options import llm_options
+    from stochopt.llm.structured import Structured, fields
+    from stochopt.lower import lower
+    from stochopt.machine import load_machine
+    from stochopt.spec import load_spec
+
+    client = Client(llm_options({"model": "smollm2", "base_url": local_server,
+                                 "retries": 0, "timeout_s": 600.0}))
+    found = Structured("auto")
+    assert found.probe(client, {"max_tokens": 24, "temperature": 0.0}) == []
+    assert found.describe() == {"mode": "auto", "json": "json_object", "grammar": "grammar"}
+
+    def ask(constraint: dict, max_tokens: int, content: str) -> str:
+        reply = client.complete([{"role": "user", "content": content}],
+                                {"max_tokens": max_tokens, "temperature": 0.7}, constraint)
+        return reply.contents[0]
+
+    menu = [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    for constraint in (fields("json_object", plan_schema(menu, 6)),
+                       fields("grammar", to_gbnf(plan_grammar(menu, 6)))):
+        steps = read_plan(ask(constraint, 48, "Choose transforms 2 and 5 of the menu."))
+        assert 1 <= len(steps) <= 6 and set(steps) <= set(menu)
+    machine = load_machine("mncore2")
+    text = render(lower(load_spec(ROOT / "specs" / "softmax.py"), machine))
+    def_line = next(line for line in text.splitlines() if line.startswith("def "))
+    start = ask(fields("grammar", to_gbnf(kernel_grammar(def_line, comments=False))), 6,
+                "Write a faster kernel.")
+    assert def_line.startswith(start) and start.startswith("def")
+    start = ask(fields("grammar", to_gbnf(edit_grammar(text))), 6, "Edit the kernel.")
+    assert "<<<<<<< SEARCH".startswith(start[:14]) or start.startswith("<<<<<<< SEARCH")
+    ask(fields("grammar", to_gbnf(kernel_grammar())), 1, "A kernel.")  # the whole grammar
+    with urllib.request.urlopen(f"{local_server}/models", timeout=10):
+        pass   # the server still answers: it read every grammar
 
 
 def test_an_oversized_context_setting_is_corrected_by_the_server(local_server, tmp_path):
-    """Told the model has 32k tokens, the proposer's first prompt is refused by the
-    server's 8k context; it learns the context from the 400, shrinks and retries once,
-    and the next requests fit at once."""
+    """Told the model has 32k tokens, the proposer's first kernel prompt is refused by
+    the server's 8k context; it learns the context from the 400, shrinks and retries
+    once, and the next requests fit at once. (A plan prompt takes an eighth of the
+    context and always fits: the run asks for whole kernels, through the Python API,
+    which alone has the forms setting.)"""
     run_dir = tmp_path / "mla"
-    done = optimize(local_server, "mla_decode", run_dir, "--budget", "12m",
-                    "--max-proposals", "1", "--context-tokens", "32768", "--max-tokens",
-                    "256", "--llm-concurrency", "1", "--llm-timeout", "600")
+    script = ("import sys; from stochopt import optimize; optimize(sys.argv[1], "
+              "proposer='llm', chains=1, budget='12m', max_proposals=1, run_dir=sys.argv[2], "
+              "llm={'model': 'smollm2', 'base_url': sys.argv[3], 'context_tokens': 32768, "
+              "'max_tokens': 256, 'concurrency': 1, 'timeout_s': 600.0, "
+              "'forms': ['kernel']})")
+    done = subprocess.run([sys.executable, "-c", script, str(ROOT / "specs" / "mla_decode.py"),
+                           str(run_dir), local_server], capture_output=True, text=True,
+                          timeout=1800, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "OPENAI_API_KEY": "",
+                               "OPENAI_BASE_URL": ""})
     assert done.returncode == 0, done.stdout + done.stderr
     sent = transcripts(run_dir)
     assert "shrunk" in sent[0] and sent[0]["shrunk"]["error"].startswith("HTTP 400")

@@ -48,8 +48,11 @@ def server():
 
 def make_chain(softmax, server, run_dir, arms=("llm",), **settings):
     spec, machine, baseline = softmax
+    # the kernel form, unconstrained (the other forms and constrained decoding have
+    # tests of their own: test_llm_forms.py, test_llm_structured.py)
     options = llm_options({"model": "gpt-4o-mini", "base_url": server.url, "concurrency": 1,
-                           "backoff_s": 0.01, "timeout_s": 5.0, **settings})
+                           "backoff_s": 0.01, "timeout_s": 5.0, "structured": "off",
+                           "forms": ["kernel"], **settings})
     llm = LLMProposer(options, spec, machine, baseline, run_dir, 0,
                       deadline=time.time() + 60)  # a test can never wait longer
     chain = ChainRun(0, spec, baseline, cost(baseline, machine).cycles, baseline, machine,

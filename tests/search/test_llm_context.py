@@ -49,8 +49,11 @@ def softmax():
 
 def make_chain(softmax, url, run_dir, arms=("llm",), **settings):
     spec, machine, baseline = softmax
+    # the kernel form, unconstrained (the other forms and constrained decoding have
+    # tests of their own: test_llm_forms.py, test_llm_structured.py)
     options = llm_options({"model": "local-model", "base_url": url, "concurrency": 1,
-                           "backoff_s": 0.01, "timeout_s": 5.0, **settings})
+                           "backoff_s": 0.01, "timeout_s": 5.0, "structured": "off",
+                           "forms": ["kernel"], **settings})
     llm = LLMProposer(options, spec, machine, baseline, run_dir, 0,
                       deadline=time.time() + 60)
     chain = ChainRun(0, spec, baseline, cost(baseline, machine).cycles, baseline, machine,
@@ -235,8 +238,10 @@ def test_requests_in_flight_together_differ_and_transcripts_name_their_variant(
         softmax, tmp_path):
     gate = threading.Event()
     with LLMServer(default=held(gate)) as server:
+        # a long timeout: a chain step may run a full check for seconds meanwhile, and
+        # a retried request would count twice
         chain, llm = make_chain(softmax, server.url, tmp_path, ("mutate", "llm"),
-                                concurrency=4)
+                                concurrency=4, timeout_s=25.0)
         for _ in range(2000):
             chain.step()
             if len(server.requests) >= 4:

@@ -3,6 +3,7 @@ processes, against the loopback chat-completions server."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -37,7 +38,7 @@ def test_optimize_with_the_llm_alone_keeps_its_faster_kernel(tmp_path):
         result = optimize(SPEC, proposer="llm", chains=1, budget="60s", max_proposals=2,
                           run_dir=str(run_dir), config=ChainConfig(full_examples=20),
                           llm={"model": "gpt-4o", "base_url": server.url, "concurrency": 1,
-                               "api_key": "sk-do-not-store"})
+                               "api_key": "sk-do-not-store", "forms": ["kernel"]})
     assert result.best_cycles == 2264 and result.verified
     assert "8_L1B,4_PE,32" in (run_dir / "best.leir").read_text()
     events = read_events(run_dir / "events.jsonl")
@@ -68,25 +69,35 @@ def test_max_cost_ends_a_mixed_run_cleanly(tmp_path):
 @pytest.mark.slow  # a whole search run against a fake endpoint
 def test_cli_optimize_with_an_llm_end_to_end(tmp_path):
     run_dir = tmp_path / "run"
-    with LLMServer([reply("Faster, I think.\n" + block(WRONG))]) as server:
+    # kernel and edit requests get a wrong kernel, plan requests a plan
+    with LLMServer(default=reply("Faster, I think.\n" + block(WRONG)),
+                   plans=reply('{"steps": [1]}')) as server:
         done = subprocess.run(
             [sys.executable, "-m", "stochopt", "optimize", SPEC, "--proposer", "llm",
              "--base-url", server.url, "--model", "test-model", "--budget", "60s",
-             "--chains", "1", "--max-proposals", "2", "--llm-concurrency", "1",
-             "--run-dir", str(run_dir), "--quiet"],
+             "--chains", "1", "--max-proposals", "6", "--llm-concurrency", "1",
+             "--run-dir", str(run_dir), "--quiet", "--seed", "1"],
             capture_output=True, text=True, timeout=120, cwd=tmp_path,
             env={**os.environ, "OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""})
         assert server.requests[0]["body"]["model"] == "test-model"
+        prompts = [server.user_prompt(i) for i in range(len(server.requests))]
     assert done.returncode == 0, done.stderr
     assert "LLM: test-model at http://127.0.0.1" in done.stderr
     assert "no LLM configured" not in done.stderr
+    assert re.search(r"LLM yield \(plan\): \d+ asked", done.stdout)
     events = read_events(run_dir / "events.jsonl")
-    assert [e["proposer"] for e in events] == ["llm", "llm"]
-    assert events[0]["outcome"] == "wrong"
-    transcripts = sorted((run_dir / "llm").glob("chain0-*.json"))
-    assert transcripts and json.loads(transcripts[0].read_text())["replies"][0].startswith(
-        "Faster")
-    assert "wrong" in server.user_prompt(1)
+    assert {e["proposer"] for e in events} == {"llm"} and len(events) == 6
+    forms = {e["llm_form"] for e in events}
+    assert "plan" in forms and forms & {"kernel", "edit"}
+    for e in events:
+        assert e["outcome"] == "wrong" if e["llm_form"] != "plan" else \
+            e["outcome"] in ("accepted", "best")
+    first_wrong = next(i for i, e in enumerate(events) if e["outcome"] == "wrong")
+    transcript = json.loads((run_dir / "llm" / f"{events[first_wrong]['llm_request']}.json")
+                            .read_text())
+    assert transcript["replies"][0].startswith("Faster")
+    later = [p for p in prompts if "# Your recent candidates" in p][1:]
+    assert not later or "wrong" in later[-1]   # the failure is fed back
 
 
 def test_mixed_says_it_runs_without_an_llm_only_when_no_model_is_given(tmp_path):
@@ -172,17 +183,26 @@ def test_the_report_counts_what_each_prompt_variant_produced(tmp_path):
     with LLMServer([reply(block(WRONG)), reply(block(FAST))]) as server:
         optimize(SPEC, proposer="llm", chains=1, budget="60s", max_proposals=3,
                  run_dir=str(run_dir), config=ChainConfig(full_examples=20),
-                 llm={"model": "m", "base_url": server.url, "concurrency": 1},
+                 llm={"model": "m", "base_url": server.url, "concurrency": 1,
+                      "forms": ["kernel"]},
                  check_workers=0)
     from stochopt.report.facts import run_facts
     llm = run_facts(run_dir)["llm"]
     assert llm["requests"] >= 2 and llm["answered"] >= 2 and llm["prompt_tokens_mean"] == 1000
-    rows = {r["focus"]: r for r in llm["variants"]}
-    assert sum(r["best"] for r in rows.values()) == 1
-    assert llm["variants"][0]["best"] == 1          # the productive variant first
+    rows = {r["name"]: r for r in llm["variants"]}
+    assert sum(r["proved"] for r in rows.values()) == 1
+    assert llm["variants"][0]["proved"] == 1          # the productive variant first
+    [kernels] = llm["yield"]
+    assert kernels["name"] == "kernel" and kernels["well_typed"] == 2
+    assert kernels["screened_equal"] == kernels["accepted"] == kernels["proved"] == 1
+    assert kernels["tokens_per_accepted"] == kernels["tokens"] == 1200 * llm["answered"]
+    [step] = llm["improvements"]
+    assert step["form"] == "kernel" and "load(x" in step["made_by"]
     events = read_events(run_dir / "events.jsonl")
     assert {e["llm_variant"] for e in events} <= set(rows)
     assert [e["prompt_tokens"] for e in events if "prompt_tokens" in e][:2] == [1000, 1000]
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["llm_yield"]["forms"] == llm["yield"]
 
 
 def test_the_live_view_shows_why_the_llm_stopped_until_the_end():
