@@ -37,10 +37,17 @@ class Node:
     inputs: tuple[int, ...] = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "inputs", tuple(a for a in self.args if isinstance(a, int)))
+        object.__setattr__(self, "inputs", tuple([a for a in self.args if isinstance(a, int)]))
 
     def attr(self, key: str) -> Any:
         return T.attr_of(self.attrs, key)
+
+    def replaced(self, *, op: str | None = None, args: tuple[Arg, ...] | None = None,
+                 attrs: tuple | None = None) -> Node:
+        """This node with another op, args or attributes, as dataclasses.replace gives it
+        (without its walk over the fields: edits make many nodes per candidate)."""
+        return Node(self.op if op is None else op, self.args if args is None else args,
+                    self.attrs if attrs is None else attrs, self.type, self.name, self.line)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +124,9 @@ class Builder:
 
     def input(self, name: str, type_: TensorType) -> int:
         self.nodes.append(Node("input", (), (("name", name),), type_, name))
-        self.terms.append(T.make_input(name, type_))
+        term = T.make_input(name, type_)
+        term.checked_on = self.machine  # an input has no constraint: legal on any machine
+        self.terms.append(term)
         return len(self.nodes) - 1
 
     def add(self, op_name: str, args: Sequence[Arg], attrs: dict, name: str = "",
@@ -139,8 +148,10 @@ class Builder:
         sources = tuple(a if isinstance(a, Const) else self.terms[a] for a in args)
         term = T.lookup(op_name, sources, ordered)
         if term is None or not _checked_on(term, self.machine):
+            refusal = None if attrs is not None else \
+                (op_name, T.source_keys(sources), T.attrs_key(ordered))
             attrs = dict(ordered) if attrs is None else attrs
-            out = self._infer(op_name, args, attrs, line, col)
+            out = self._infer(op_name, args, attrs, line, col, refusal)
             ordered = tuple((p.name, attrs[p.name]) for p in OPS[op_name].static_params)
             term = T.make(op_name, sources, ordered, out)
             term.checked_on = self.machine
@@ -150,17 +161,27 @@ class Builder:
         self.terms.append(term)
         return len(self.nodes) - 1
 
-    def _infer(self, op_name: str, args: Sequence[Arg], attrs: dict, line, col) -> TensorType:
-        """Run the op's type rule and every constraint, naming the operands in errors."""
-        types = [a if isinstance(a, Const) else self.nodes[a].type for a in args]
+    def _infer(self, op_name: str, args: Sequence[Arg], attrs: dict, line, col,
+               refusal: tuple | None = None) -> TensorType:
+        """Run the op's type rule and every constraint, naming the operands in errors.
+        ``refusal``: the (op, sources' terms, attributes) key under which a refusal of the
+        type rules is remembered (with the operand names its message gives)."""
         names = [str(a) if isinstance(a, Const) else (self.nodes[a].name or f"%{a}")
                  for a in args]
+        if refusal is not None:
+            refusal = (*refusal, tuple(names), self.machine)
+            known = _REFUSALS.get(refusal)
+            if known is not None:
+                raise _located(known, line, col)
+        types = [a if isinstance(a, Const) else self.nodes[a].type for a in args]
         try:
             out = infer(op_name, types, attrs, self.machine, names)
         except StochoptError as e:
-            if e.line is None:
-                raise type(e)(e.message, line=line, col=col, hint=e.hint) from None
-            raise
+            if refusal is not None:
+                if len(_REFUSALS) >= REFUSALS_KEPT:
+                    _REFUSALS.clear()
+                _REFUSALS[refusal] = e
+            raise _located(e, line, col) from None
         if op_name == "concat" and out.location == "dram":
             _check_stored_tiles(self.nodes, args, line, col)
         return out
@@ -173,6 +194,21 @@ class Builder:
         if len(self.terms) == len(self.nodes):
             object.__setattr__(kernel, "_terms", tuple(self.terms))
         return kernel
+
+
+# What the type rules refused, by (op, sources' terms, attributes, operand names,
+# machine): a refusal is a function of these alone, and a chain proposes the same
+# invalid candidates again and again (a cast that no reader's dtype accepts).
+_REFUSALS: dict[tuple, StochoptError] = {}
+REFUSALS_KEPT = 20_000
+
+
+def _located(e: StochoptError, line: int | None, col: int | None) -> StochoptError:
+    """A type rule's refusal, placed at the node's line when the rule gave none (a fresh
+    copy each time: a refusal is remembered, and its catchers annotate what they catch)."""
+    if e.line is None:
+        return type(e)(e.message, line=line, col=col, hint=e.hint)
+    return type(e)(e.message, line=e.line, col=e.col, hint=e.hint, source=e.source)
 
 
 def _checked_on(term: T.Term, machine) -> bool:
@@ -210,15 +246,17 @@ def _check_stored_tiles(nodes: list[Node], args: Sequence[Arg], line, col) -> No
 def build(name: str, nodes: Iterable[Node], output: int, machine,
           spec_path: str | None = None, edited: Kernel | None = None) -> Kernel:
     """Re-type a node list from scratch (after a rewrite or mutation): a valid Kernel or
-    ConstraintError. Types on the given nodes are ignored, except on the leading nodes
-    that are the very node objects of ``edited`` (the kernel the list was edited from,
-    built on this machine): an edit leaves what precedes it untouched, so those nodes
-    keep their types and terms and only the rest is re-typed."""
+    ConstraintError. Types on the given nodes are ignored, except on the nodes that are
+    the very node objects of ``edited`` (the kernel the list was edited from, built on
+    this machine): an edit leaves what precedes it untouched, so those nodes keep their
+    types and terms and only the rest is re-typed; after it, a node of ``edited`` whose
+    sources kept their terms keeps its own term too (hash-consing would find that one)."""
     nodes = list(nodes)
     b = Builder(machine)
     kept = _unchanged_prefix(nodes, edited, machine)
     if kept:
         b.nodes, b.terms = nodes[:kept], list(edited.terms[:kept])
+    old = _OldTerms(edited, machine) if edited is not None else None
     for i, n in enumerate(nodes[kept:], kept):
         if n.op == "input":
             b.input(n.attr("name"), n.type)
@@ -227,8 +265,13 @@ def build(name: str, nodes: Iterable[Node], output: int, machine,
             raise ConstraintError(
                 f"node {i} ({n.name or 'unnamed'}) has the unknown op {n.op!r}",
                 line=n.line, hint="use an op of the table: " + ", ".join(sorted(OPS)))
-        if any(isinstance(a, int) and not 0 <= a < i for a in n.args):
+        if n.inputs and (min(n.inputs) < 0 or max(n.inputs) >= i):
             raise ConstraintError(f"{n.op} uses a value before it is defined", line=n.line)
+        term = old.term(n, b.terms) if old is not None else None
+        if term is not None and len(b.nodes) < MAX_OPS:
+            b.nodes.append(n)
+            b.terms.append(term)
+            continue
         b._add(n.op, n.args, n.attrs, None, n.name, n.line, None, n)
     if not 0 <= output < len(b.nodes):
         raise ConstraintError(f"kernel output is node {output}, out of range: the kernel "
@@ -247,6 +290,35 @@ def _unchanged_prefix(nodes: list[Node], edited: Kernel | None, machine) -> int:
             break
         count += 1
     return count
+
+
+class _OldTerms:
+    """The terms of an edited kernel's nodes, for the nodes an edit left as they were."""
+
+    def __init__(self, edited: Kernel, machine) -> None:
+        self.nodes, self.terms, self.machine = edited.nodes, edited.terms, machine
+        self.positions: dict[int, int] | None = None  # id(node) -> index, made if needed
+
+    def term(self, node: Node, terms: list[T.Term]) -> T.Term | None:
+        """The term ``node`` had in the edited kernel when it is one of its node objects
+        whose sources have the same terms here (``terms``: those of the nodes so far),
+        so that lookup would give that very term; its type and attributes are the node's
+        own, and it is checked on this machine. Else None."""
+        i = len(terms)
+        if not (i < len(self.nodes) and self.nodes[i] is node):
+            if self.positions is None:
+                self.positions = {id(n): j for j, n in enumerate(self.nodes)}
+            i = self.positions.get(id(node), -1)
+            if i < 0:
+                return None
+        for a in node.inputs:
+            if terms[a] is not self.terms[a]:
+                return None
+        term = self.terms[i]
+        if term.type is not node.type or term.attrs is not node.attrs or \
+                not _checked_on(term, self.machine):
+            return None
+        return term
 
 
 def typecheck(kernel: Kernel, machine) -> Kernel:

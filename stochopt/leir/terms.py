@@ -100,9 +100,41 @@ class Term:
         return f"Term({self.op}, {self.type}, {len(self.sources)} sources, {self.attrs})"
 
 
-# the caches hold terms weakly: a term lives as long as some kernel or cache uses it
-_TERMS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-_VALUES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+# The interning tables hold terms weakly: a term lives as long as some kernel or cache
+# uses it, or while it is among the RECENT terms made last. A chain proposes the same
+# few candidates again and again, and most are refused and dropped at once: without the
+# recent ones, each would be typed, checked and costed anew every time. (Plain dicts of
+# KeyedRefs, as WeakValueDictionary keeps them, read without its Python-level get: a
+# lookup runs for every re-typed node.)
+_TERMS: dict[tuple, weakref.KeyedRef] = {}
+_VALUES: dict[tuple, weakref.KeyedRef] = {}
+RECENT = 50_000
+_recent: list[Term | None] = [None] * RECENT
+_recent_at = 0
+
+
+def _forget_term(ref: weakref.KeyedRef) -> None:
+    if _TERMS.get(ref.key) is ref:
+        del _TERMS[ref.key]
+
+
+def _forget_value(ref: weakref.KeyedRef) -> None:
+    if _VALUES.get(ref.key) is ref:
+        del _VALUES[ref.key]
+
+
+def _interned(table: dict, key: tuple) -> Term | None:
+    ref = table.get(key)
+    return ref() if ref is not None else None
+
+
+def _intern(table: dict, key: tuple, term: Term) -> Term:
+    global _recent_at
+    table[key] = weakref.KeyedRef(term, _forget_term if table is _TERMS else _forget_value,
+                                  key)
+    _recent[_recent_at] = term
+    _recent_at = (_recent_at + 1) % RECENT
+    return term
 
 
 def attr_of(attrs: tuple, key: str) -> Any:
@@ -127,8 +159,12 @@ def canonical(value: Any) -> Any:
     return value
 
 
-def _source_keys(sources: tuple) -> tuple:
-    return tuple(s if isinstance(s, Term) else canonical(s) for s in sources)
+def source_keys(sources: tuple) -> tuple:
+    """The hashable key of a term's sources: the terms themselves, literals canonical()."""
+    for s in sources:
+        if type(s) is not Term:  # a literal: made canonical
+            return tuple(s if isinstance(s, Term) else canonical(s) for s in sources)
+    return sources  # terms only (the common case): they key by identity as they are
 
 
 # attrs_key by the identity of the attrs tuple: unchanged nodes share theirs from kernel
@@ -160,26 +196,24 @@ def _layout_number(layout: Layout) -> tuple[str, int]:
 
 def lookup(op: str, sources: tuple, attrs: tuple) -> Term | None:
     """The term for (op, sources, attrs) if one exists (sources are Terms or Consts)."""
-    return _TERMS.get((op, _source_keys(sources), attrs_key(attrs)))
+    return _interned(_TERMS, (op, source_keys(sources), attrs_key(attrs)))
 
 
 def make(op: str, sources: tuple, attrs: tuple, type_: Any) -> Term:
     """The one term for (op, sources, attrs), made with this type if it is new."""
-    key = (op, _source_keys(sources), attrs_key(attrs))
-    term = _TERMS.get(key)
+    key = (op, source_keys(sources), attrs_key(attrs))
+    term = _interned(_TERMS, key)
     if term is None:
-        term = Term(op, type_, sources, attrs)
-        _TERMS[key] = term
+        term = _intern(_TERMS, key, Term(op, type_, sources, attrs))
     return term
 
 
 def make_input(name: str, type_: Any) -> Term:
     """The term of a kernel input: its name and its given type."""
     key = ("input", type_, (("name", name),))
-    term = _TERMS.get(key)
+    term = _interned(_TERMS, key)
     if term is None:
-        term = Term("input", type_, (), (("name", name),))
-        _TERMS[key] = term
+        term = _intern(_TERMS, key, Term("input", type_, (), (("name", name),)))
     return term
 
 
@@ -200,12 +234,12 @@ def terms_of(nodes) -> tuple[Term, ...]:
 # ---------------------------------------------------------------------------------
 
 def _make_value(op: str, type_: tuple, sources: tuple, attrs: tuple) -> Term:
-    key = (op, type_, _source_keys(sources), attrs_key(attrs))
-    term = _VALUES.get(key)
+    key = (op, type_, source_keys(sources), attrs_key(attrs))
+    term = _interned(_VALUES, key)
     if term is None:
         term = Term(op, type_, sources, attrs)
         term._exact = term._native = term  # a value term is its own key
-        _VALUES[key] = term
+        _intern(_VALUES, key, term)
     return term
 
 

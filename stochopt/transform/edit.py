@@ -7,8 +7,6 @@ earlier nodes.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from stochopt.leir.ir import Kernel, Node, build
 from stochopt.leir.rules import Const
 
@@ -21,17 +19,26 @@ def rebuild(kernel: Kernel, nodes: list[Node], output: int, machine) -> Kernel:
 
 
 def remap(node: Node, mapping: dict[int, int]) -> Node:
-    args = tuple(a if isinstance(a, Const) else mapping.get(a, a) for a in node.args)
-    return node if args == node.args else replace(node, args=args)
+    """The node reading ``mapping[a]`` for each argument ``a`` the mapping names (the
+    node itself when that changes nothing)."""
+    for a in node.inputs:
+        if mapping.get(a, a) != a:
+            break
+    else:
+        return node
+    return node.replaced(args=tuple([a if isinstance(a, Const) else mapping.get(a, a)
+                                     for a in node.args]))
 
 
 def remove_dead(nodes: list[Node], output: int) -> tuple[list[Node], int]:
     """Keep inputs, the output and whatever it depends on; renumber."""
-    live = {output}
+    live = [False] * len(nodes)
+    live[output] = True
     for i in range(output, -1, -1):
-        if i in live:
-            live.update(nodes[i].inputs)
-    keep = [i for i, n in enumerate(nodes) if i in live or n.op == "input"]
+        if live[i]:
+            for a in nodes[i].inputs:
+                live[a] = True
+    keep = [i for i, n in enumerate(nodes) if live[i] or n.op == "input"]
     if len(keep) == len(nodes):  # nothing dead (the common case): no renumbering
         return list(nodes), output
     index = {old: new for new, old in enumerate(keep)}

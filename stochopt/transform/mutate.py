@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from dataclasses import replace
 
 from stochopt.errors import StochoptError
 from stochopt.leir.ir import Kernel, Node
@@ -71,7 +70,7 @@ def change_layout(kernel: Kernel, rng: random.Random, machine) -> Kernel | None:
     n = nodes[i]
     attrs = dict(n.attrs)
     attrs["layout"] = mutate_layout(attrs["layout"], rng, machine.fanout)
-    nodes[i] = replace(n, attrs=tuple(attrs.items()))
+    nodes[i] = n.replaced(attrs=tuple(attrs.items()))
     return rebuild(kernel, nodes, kernel.output, machine)
 
 
@@ -83,7 +82,7 @@ def change_dtype(kernel: Kernel, rng: random.Random, machine) -> Kernel | None:
     if casts and rng.random() < 0.5:
         i = rng.choice(casts)
         flip = "bf16" if nodes[i].attr("dtype") == "f32" else "f32"
-        nodes[i] = replace(nodes[i], attrs=(("dtype", flip),))
+        nodes[i] = nodes[i].replaced(attrs=(("dtype", flip),))
         return rebuild(kernel, nodes, kernel.output, machine)
     i = _pick(rng, kernel, where=lambda n: n.type.location == "pe"
               and n.type.dtype in ("f32", "bf16"))
@@ -121,7 +120,7 @@ def sibling_op(kernel: Kernel, rng: random.Random, machine) -> Kernel | None:
     new = rng.choice(siblings(nodes[i].op))
     attrs = tuple((p.name, dict(nodes[i].attrs)[p.name]) for p in OPS[new].static_params
                   if p.name in dict(nodes[i].attrs))
-    nodes[i] = replace(nodes[i], op=new, attrs=attrs)
+    nodes[i] = nodes[i].replaced(op=new, attrs=attrs)
     return rebuild(kernel, nodes, kernel.output, machine)
 
 
@@ -142,8 +141,8 @@ def duplicate_op(kernel: Kernel, rng: random.Random, machine) -> Kernel | None:
         return None
     r = rng.choice(readers[i])
     nodes = insert(list(kernel.nodes), r, kernel.nodes[i])
-    nodes[r + 1] = replace(nodes[r + 1], args=tuple(r if a == i else a
-                                                     for a in nodes[r + 1].args))
+    nodes[r + 1] = nodes[r + 1].replaced(args=tuple(r if a == i else a
+                                                    for a in nodes[r + 1].args))
     return rebuild(kernel, nodes, shifted(kernel.output, r), machine)
 
 
