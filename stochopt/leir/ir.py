@@ -57,6 +57,25 @@ class Kernel(Displayable):  # Displayable: Jupyter shows it highlighted
     output: int           # index of the node returned: a store, or a concat of stores
     spec_path: str | None = field(default=None, compare=False)
     _terms: tuple | None = field(default=None, init=False, compare=False, repr=False)
+    _memo: dict | None = field(default=None, init=False, compare=False, repr=False)
+
+    @property
+    def memo(self) -> dict:
+        """Facts derived from this kernel object alone (its cycles on a machine, its
+        structure key), kept on it by whoever derives them: kernels never change, and a
+        chain asks about the same kernel objects again and again. Not pickled."""
+        if self._memo is None:
+            object.__setattr__(self, "_memo", {})
+        return self._memo
+
+    def __getstate__(self) -> tuple:  # what a copy or a pickle keeps: not the memo
+        return self.name, self.nodes, self.output, self.spec_path, self._terms
+
+    def __setstate__(self, state: tuple) -> None:
+        for key, value in zip(("name", "nodes", "output", "spec_path", "_terms"), state,
+                              strict=True):
+            object.__setattr__(self, key, value)
+        object.__setattr__(self, "_memo", None)
 
     @property
     def terms(self) -> tuple[T.Term, ...]:
@@ -180,7 +199,7 @@ class Builder:
             if refusal is not None:
                 if len(_REFUSALS) >= REFUSALS_KEPT:
                     _REFUSALS.clear()
-                _REFUSALS[refusal] = e
+                _REFUSALS[refusal] = e.with_traceback(None)  # not the rule's frames
             raise _located(e, line, col) from None
         if op_name == "concat" and out.location == "dram":
             _check_stored_tiles(self.nodes, args, line, col)

@@ -66,12 +66,15 @@ REDUCTION_ORDER = {"reduce_sum": _summed_axis_of_reduce, "matmul": _summed_axis_
 class Term:
     """One op applied to terms (or scalar literals), hash-consed: see the module doc."""
 
-    __slots__ = ("op", "type", "sources", "attrs", "checked_on", "_exact", "_native",
-                 "__weakref__")
+    __slots__ = ("op", "type", "sources", "attrs", "checked_on", "facts", "_exact",
+                 "_native", "__weakref__")
 
     def __init__(self, op: str, type_: Any, sources: tuple, attrs: tuple) -> None:
         self.op, self.type, self.sources, self.attrs = op, type_, sources, attrs
         self.checked_on: Any = None  # the machine whose constraints it was last checked on
+        # what other layers derive from the term alone, kept on it under their own keys
+        # (the cost model's Work per machine and surroundings): no lookup in a table
+        self.facts: dict | None = None
         self._exact: Term | None = None
         self._native: Term | None = None
 

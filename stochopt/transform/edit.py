@@ -7,6 +7,10 @@ earlier nodes.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+
+from stochopt.errors import StochoptError
 from stochopt.leir.ir import Kernel, Node, build
 from stochopt.leir.rules import Const
 
@@ -16,6 +20,79 @@ def rebuild(kernel: Kernel, nodes: list[Node], output: int, machine) -> Kernel:
     the first node that is not ``kernel``'s own; ConstraintError if invalid)."""
     nodes, output = remove_dead(nodes, output)
     return build(kernel.name, nodes, output, machine, kernel.spec_path, edited=kernel)
+
+
+# The kernels (or refusals) edits gave before, by the structure of the kernel edited
+# (names and lines included) and the machine, then by the edit: a chain draws the same
+# few edits of the same few kernels again and again (on softmax, all but one candidate in
+# a hundred had been built before), and a rebuild is most of a candidate's cost there.
+# Least recently used structures go first once EDITS_KEPT results are kept.
+_EDITS: OrderedDict[StructureKey, dict[Hashable, Kernel | StochoptError]] = OrderedDict()
+EDITS_KEPT = 20_000
+_edits_kept = 0
+
+
+class StructureKey:
+    """A kernel's structure and machine, as one key whose hash is computed once: every
+    node's term (op, attributes, types), arguments, name and line, and the kernel's name,
+    output, spec path and machine: all that a rebuild after an edit reads."""
+
+    __slots__ = ("value", "hash")
+
+    def __init__(self, kernel: Kernel, machine) -> None:
+        self.value = (kernel.name, kernel.spec_path, kernel.output, machine, kernel.terms,
+                      tuple([(n.args, n.name, n.line) for n in kernel.nodes]))
+        self.hash = hash(self.value)
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, StructureKey) and self.hash == other.hash
+                                 and self.value == other.value)
+
+
+def edited(kernel: Kernel, machine, edit: Hashable,
+           make: Callable[[], tuple[list[Node], int]]) -> Kernel:
+    """``rebuild(kernel, *make(), machine)``, remembered: ``edit`` describes the edit so
+    that, with the kernel's structure, it determines the node list ``make`` gives. A
+    kernel of the same structure edited the same way before gets the kernel that edit
+    gave (kernels never change), or the same refusal raised again."""
+    memo = kernel.memo
+    key = memo.get(StructureKey)
+    if key is None or key.value[3] is not machine:
+        key = memo[StructureKey] = StructureKey(kernel, machine)
+    results = _EDITS.get(key)
+    if results is None:
+        results = _EDITS[key] = {}
+    else:
+        _EDITS.move_to_end(key)
+        known = results.get(edit)
+        if known is not None:
+            if isinstance(known, StochoptError):
+                raise refusal_copy(known)
+            return known
+    try:
+        result = rebuild(kernel, *make(), machine)
+    except StochoptError as e:
+        _remember(results, edit, refusal_copy(e))
+        raise
+    _remember(results, edit, result)
+    return result
+
+
+def _remember(results: dict, edit: Hashable, result: Kernel | StochoptError) -> None:
+    global _edits_kept
+    results[edit] = result
+    _edits_kept += 1
+    while _edits_kept > EDITS_KEPT and len(_EDITS) > 1:
+        _edits_kept -= len(_EDITS.popitem(last=False)[1])
+
+
+def refusal_copy(e: StochoptError) -> StochoptError:
+    """The same refusal as a new exception (the same type, message, place and hint),
+    without the frames it was raised through: what a cache keeps and raises again."""
+    return type(e)(e.message, line=e.line, col=e.col, hint=e.hint, source=e.source)
 
 
 def remap(node: Node, mapping: dict[int, int]) -> Node:
