@@ -25,6 +25,7 @@ from stochopt.backend.op_costs import (
     reduced_levels,
 )
 from stochopt.errors import ConstraintError
+from stochopt.leir import terms as T
 from stochopt.leir.ir import Kernel, op_of
 from stochopt.leir.ops import ELEMENTWISE, OPS
 from stochopt.leir.rules import Const
@@ -154,11 +155,28 @@ def op_work(kernel: Kernel, machine: Machine) -> list[Work]:
                 context = ((DELIVERY, _delivery(kernel, users, i, levels)),)
         work = facts.get(context)
         if work is None:
-            ins = [a if isinstance(a, Const) else nodes[a].type for a in n.args]
-            work = facts[context] = op_of(op).cost(machine, ins, n.type,
-                                                   {**dict(n.attrs), **dict(context)})
+            work = facts[context] = _work_of(n, term, context, nodes, key, machine)
         out.append(work)
     return out
+
+
+# Work by what a cost rule reads (op, input and output types, attributes, surroundings)
+# per machine: a new term (anything upstream of it changed) seldom has new types.
+_WORK_BY_TYPES: dict[tuple, Work] = {}
+WORKS_KEPT = 100_000
+
+
+def _work_of(n, term, context: tuple, nodes, key: object, machine: Machine) -> Work:
+    typed = (key, n.op, T.source_types_key(term.sources), term.type_key, T.attrs_key(n.attrs),
+             context)
+    work = _WORK_BY_TYPES.get(typed)
+    if work is None:
+        ins = [a if isinstance(a, Const) else nodes[a].type for a in n.args]
+        work = op_of(n.op).cost(machine, ins, n.type, {**dict(n.attrs), **dict(context)})
+        if len(_WORK_BY_TYPES) >= WORKS_KEPT:
+            _WORK_BY_TYPES.clear()
+        _WORK_BY_TYPES[typed] = work
+    return work
 
 
 _TREE_RESULTS = frozenset({"reduce_sum", "reduce_max", "reduce_min", "matmul"})

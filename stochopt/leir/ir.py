@@ -167,10 +167,10 @@ class Builder:
         sources = tuple(a if isinstance(a, Const) else self.terms[a] for a in args)
         term = T.lookup(op_name, sources, ordered)
         if term is None or not _checked_on(term, self.machine):
-            refusal = None if attrs is not None else \
-                (op_name, T.source_keys(sources), T.attrs_key(ordered))
+            key = None if attrs is not None else \
+                (op_name, T.source_types_key(sources), T.attrs_key(ordered))
             attrs = dict(ordered) if attrs is None else attrs
-            out = self._infer(op_name, args, attrs, line, col, refusal)
+            out = self._infer(op_name, args, attrs, line, col, key)
             ordered = tuple((p.name, attrs[p.name]) for p in OPS[op_name].static_params)
             term = T.make(op_name, sources, ordered, out)
             term.checked_on = self.machine
@@ -181,14 +181,19 @@ class Builder:
         return len(self.nodes) - 1
 
     def _infer(self, op_name: str, args: Sequence[Arg], attrs: dict, line, col,
-               refusal: tuple | None = None) -> TensorType:
+               key: tuple | None = None) -> TensorType:
         """Run the op's type rule and every constraint, naming the operands in errors.
-        ``refusal``: the (op, sources' terms, attributes) key under which a refusal of the
-        type rules is remembered (with the operand names its message gives)."""
+        ``key``: (op, the sources' type numbers and literals, attributes), of which the
+        rules' verdict on this machine is a function (a refusal's message also names the
+        operands): the verdict is remembered under it."""
+        if key is not None:
+            typed = _TYPED.get(key)
+            if typed is not None and typed[0] is self.machine:
+                return self._stored_tiles_checked(op_name, args, typed[1], line, col)
         names = [str(a) if isinstance(a, Const) else (self.nodes[a].name or f"%{a}")
                  for a in args]
+        refusal = None if key is None else (*key, tuple(names), self.machine)
         if refusal is not None:
-            refusal = (*refusal, tuple(names), self.machine)
             known = _REFUSALS.get(refusal)
             if known is not None:
                 raise _located(known, line, col)
@@ -197,10 +202,14 @@ class Builder:
             out = infer(op_name, types, attrs, self.machine, names)
         except StochoptError as e:
             if refusal is not None:
-                if len(_REFUSALS) >= REFUSALS_KEPT:
-                    _REFUSALS.clear()
-                _REFUSALS[refusal] = e.with_traceback(None)  # not the rule's frames
+                _remember(_REFUSALS, refusal, e.with_traceback(None))  # not the rule's frames
             raise _located(e, line, col) from None
+        if key is not None:
+            _remember(_TYPED, key, (self.machine, out))
+        return self._stored_tiles_checked(op_name, args, out, line, col)
+
+    def _stored_tiles_checked(self, op_name: str, args: Sequence[Arg], out: TensorType,
+                              line, col) -> TensorType:
         if op_name == "concat" and out.location == "dram":
             _check_stored_tiles(self.nodes, args, line, col)
         return out
@@ -215,11 +224,20 @@ class Builder:
         return kernel
 
 
-# What the type rules refused, by (op, sources' terms, attributes, operand names,
-# machine): a refusal is a function of these alone, and a chain proposes the same
-# invalid candidates again and again (a cast that no reader's dtype accepts).
+# What the type rules gave, by (op, sources' type numbers and literals, attributes):
+# the type a machine accepted (with that machine), and what they refused, with the
+# operand names and the machine (a refusal's message names the operands). A chain makes
+# many new terms of types it has seen (anything new upstream makes a term new), and
+# proposes the same invalid candidates again and again (a cast no reader accepts).
+_TYPED: dict[tuple, tuple] = {}
 _REFUSALS: dict[tuple, StochoptError] = {}
-REFUSALS_KEPT = 20_000
+VERDICTS_KEPT = 50_000
+
+
+def _remember(cache: dict, key: tuple, verdict) -> None:
+    if len(cache) >= VERDICTS_KEPT:
+        cache.clear()
+    cache[key] = verdict
 
 
 def _located(e: StochoptError, line: int | None, col: int | None) -> StochoptError:

@@ -66,8 +66,8 @@ REDUCTION_ORDER = {"reduce_sum": _summed_axis_of_reduce, "matmul": _summed_axis_
 class Term:
     """One op applied to terms (or scalar literals), hash-consed: see the module doc."""
 
-    __slots__ = ("op", "type", "sources", "attrs", "checked_on", "facts", "_exact",
-                 "_native", "__weakref__")
+    __slots__ = ("op", "type", "sources", "attrs", "checked_on", "facts", "_type_key",
+                 "_exact", "_native", "__weakref__")
 
     def __init__(self, op: str, type_: Any, sources: tuple, attrs: tuple) -> None:
         self.op, self.type, self.sources, self.attrs = op, type_, sources, attrs
@@ -75,11 +75,19 @@ class Term:
         # what other layers derive from the term alone, kept on it under their own keys
         # (the cost model's Work per machine and surroundings): no lookup in a table
         self.facts: dict | None = None
+        self._type_key: int | None = None
         self._exact: Term | None = None
         self._native: Term | None = None
 
     def attr(self, key: str) -> Any:
         return attr_of(self.attrs, key)
+
+    @property
+    def type_key(self) -> int:
+        """Its type's number (type_key): equal types, one number."""
+        if self._type_key is None:
+            self._type_key = type_key(self.type)
+        return self._type_key
 
     @property
     def exact_key(self) -> Term:
@@ -188,6 +196,27 @@ def attrs_key(attrs: tuple) -> tuple:
         _ATTRS_KEYS.clear()
     _ATTRS_KEYS[id(attrs)] = (attrs, key)  # holding attrs keeps its id from being reused
     return key
+
+
+# Every type seen, numbered: what a type rule or a cost rule reads of a source is its
+# type, so caches of their results key on type numbers, which many terms share (a term is
+# new whenever anything upstream of it is; its type seldom is), and compare as ints
+# rather than as nested layouts. Numbers are never reused.
+_TYPE_NUMBERS: dict[Any, int] = {}
+
+
+def type_key(type_: Any) -> int:
+    """The number of this type (equal types have one number), made on first sight."""
+    number = _TYPE_NUMBERS.get(type_)
+    if number is None:
+        number = _TYPE_NUMBERS[type_] = len(_TYPE_NUMBERS)
+    return number
+
+
+def source_types_key(sources: tuple) -> tuple:
+    """What a rule reads of a term's sources, as a key: each term's type number, each
+    literal canonical()."""
+    return tuple([s.type_key if type(s) is Term else canonical(s) for s in sources])
 
 
 def _layout_number(layout: Layout) -> tuple[str, int]:
