@@ -277,17 +277,17 @@ class _Memory:
             self.held[node][1] = at
 
     def usage_after(self) -> tuple[list[int], list[int]]:
-        """Event times and, for each, the most bytes live at that time or later."""
-        deltas: dict[int, int] = {}
-        get = deltas.get
-        for start, release, nbytes in self.held.values():
-            deltas[start] = get(start, 0) + nbytes
-            if release is not None:
-                deltas[release] = get(release, 0) - nbytes
-        times = sorted(deltas)
-        most = list(accumulate(reversed(list(accumulate([deltas[t] for t in times]))), max))
+        """Event times and, for each, the most bytes live at that time or later. (Every
+        allocation and release is an event, in time order, releases first at equal
+        times: within one time the bytes live only fall then rise to what that time
+        leaves live, so no event shows more than the times around it do.)"""
+        held = self.held.values()
+        events = [(start, nbytes) for start, _, nbytes in held]
+        events += [(release, -nbytes) for _, release, nbytes in held if release is not None]
+        events.sort()
+        most = list(accumulate(reversed(list(accumulate([e[1] for e in events]))), max))
         most.reverse()  # bytes live after each event, then the most of them from it on
-        return times, most
+        return [e[0] for e in events], most
 
     def earliest_fit(self, t: int, nbytes: int, floor: int) -> int | None:
         """The earliest time >= t from which nbytes more fit for good; None if never.
@@ -352,23 +352,30 @@ class _Links:
 
     def __init__(self) -> None:
         self.held: dict[str, list[tuple[int, int, float]]] = {}
+        self.spans = 0  # reservations held, all links together
 
     def forget(self, before: int) -> None:
-        """No moving stage starts before ``before`` any more: drop what ended by then."""
+        """No moving stage starts before ``before`` any more: drop what ended by then.
+        (Only to keep the lists short: a span that ended by then never overlaps a stage
+        that starts at or after it, so checks read the same with or without it.)"""
+        if self.spans <= FORGET_ABOVE:
+            return
         for link, spans in self.held.items():
             self.held[link] = [r for r in spans if r[1] > before]
+        self.spans = sum(len(spans) for spans in self.held.values())
 
     def _fits(self, at: int, cycles: int, uses: tuple[tuple[str, int], ...]) -> bool:
+        end = at + cycles
+        held = self.held
         for link, work in uses:
-            spans = [r for r in self.held.get(link, ()) if r[0] < at + cycles and r[1] > at]
+            spans = [r for r in held.get(link, ()) if r[0] < end and r[1] > at]
             if not spans:
                 continue
             rate = work / cycles
             # the most in use at once over [at, at + cycles): checked where a span starts
-            points = [at] + [r[0] for r in spans if r[0] > at]
-            if any(sum(r[2] for r in spans if r[0] <= p < r[1]) + rate > 1 + 1e-9
-                   for p in points):
-                return False
+            for p in [at] + [r[0] for r in spans if r[0] > at]:
+                if sum(r[2] for r in spans if r[0] <= p < r[1]) + rate > 1 + 1e-9:
+                    return False
         return True
 
     def earliest(self, t: int, cycles: int, uses: tuple[tuple[str, int], ...]) -> int:
@@ -381,6 +388,10 @@ class _Links:
     def reserve(self, at: int, cycles: int, uses: tuple[tuple[str, int], ...]) -> None:
         for link, work in uses:
             self.held.setdefault(link, []).append((at, at + cycles, work / cycles))
+        self.spans += len(uses)
+
+
+FORGET_ABOVE = 32  # reservations held before the ended ones are dropped
 
 
 # ---------------------------------------------------------------------------------
@@ -446,8 +457,8 @@ _BIT = {r: 1 << j for j, r in enumerate(RESOURCES)}
 
 def _schedule(kernel: Kernel, works: list[Work], inputs: list[tuple[int, ...]],
               machine: Machine, profile: bool = True):
-    """Start and end of every op, busy cycles per resource, and the memory peak (None
-    without ``profile``: cycles() reads the ends alone)."""
+    """Start and end of every op, busy cycles per resource, and the memory peak (without
+    ``profile``, the starts and ends alone: cycles() reads the ends)."""
     nodes = kernel.nodes
     terms = kernel.terms
     count = len(nodes)
@@ -494,7 +505,7 @@ def _schedule(kernel: Kernel, works: list[Work], inputs: list[tuple[int, ...]],
             # every descriptor is in flight: the transfer waits for the oldest to land
             t = max(t, landed[-descriptors])
         nbytes = size[i]
-        if nbytes:
+        if nbytes and memory.total + nbytes > memory.capacity:  # else it fits at once
             floor = min([free[r] for r in _RESOURCE_SETS[later[i]]])
             fit = memory.earliest_fit(t, nbytes, floor)
             if fit is None:
@@ -510,14 +521,18 @@ def _schedule(kernel: Kernel, works: list[Work], inputs: list[tuple[int, ...]],
                 links.forget(min(free["dma"], free["tree"]))
                 t = links.earliest(t, stage_cycles, w.links)
                 links.reserve(t, stage_cycles, w.links)
-                carried[i] = tuple((link, t, t + stage_cycles, work) for link, work in w.links)
-                for link, work in w.links:
-                    link_busy[link] += work
-            ran.append((resource, t, t + stage_cycles))
+                if profile:
+                    carried[i] = tuple((link, t, t + stage_cycles, work)
+                                       for link, work in w.links)
+                    for link, work in w.links:
+                        link_busy[link] += work
+            if profile:
+                ran.append((resource, t, t + stage_cycles))
+                busy[resource] += stage_cycles
             free[resource] = t + stage_cycles
-            busy[resource] += stage_cycles
             t += stage_cycles
-        stages[i] = tuple(ran)
+        if profile:
+            stages[i] = tuple(ran)
         t += w.latency  # a DMA transfer in flight: its queue is already free
         end[i] = release[i] = t
         if w.latency:
