@@ -27,7 +27,7 @@ from stochopt.backend.op_costs import (
 from stochopt.errors import ConstraintError
 from stochopt.leir import terms as T
 from stochopt.leir.ir import Kernel, op_of
-from stochopt.leir.ops import ELEMENTWISE, OPS
+from stochopt.leir.ops import ELEMENTWISE, FORGET_ON_CHANGE, OPS
 from stochopt.leir.rules import Const
 from stochopt.machine import Machine, load_machine
 
@@ -164,6 +164,7 @@ def op_work(kernel: Kernel, machine: Machine) -> list[Work]:
 # per machine: a new term (anything upstream of it changed) seldom has new types.
 _WORK_BY_TYPES: dict[tuple, Work] = {}
 WORKS_KEPT = 100_000
+FORGET_ON_CHANGE.append(_WORK_BY_TYPES.clear)  # an op's cost rule may have changed
 
 
 def _work_of(n, term, context: tuple, nodes, key: object, machine: Machine) -> Work:

@@ -15,7 +15,7 @@ from typing import Any
 from stochopt.displayable import Displayable
 from stochopt.errors import ConstraintError, StochoptError
 from stochopt.leir import terms as T
-from stochopt.leir.ops import INPUT_OP, OPS, Op
+from stochopt.leir.ops import FORGET_ON_CHANGE, INPUT_OP, OPS, Op
 from stochopt.leir.rules import Const, check_local_memory
 from stochopt.leir.types import TensorType
 
@@ -234,6 +234,9 @@ _REFUSALS: dict[tuple, StochoptError] = {}
 VERDICTS_KEPT = 50_000
 
 
+FORGET_ON_CHANGE.extend((_TYPED.clear, _REFUSALS.clear))
+
+
 def _remember(cache: dict, key: tuple, verdict) -> None:
     if len(cache) >= VERDICTS_KEPT:
         cache.clear()
@@ -335,27 +338,48 @@ class _OldTerms:
     def __init__(self, edited: Kernel, machine) -> None:
         self.nodes, self.terms, self.machine = edited.nodes, edited.terms, machine
         self.positions: dict[int, int] | None = None  # id(node) -> index, made if needed
+        self.shift = 0  # old index - new index of the last node found: an edit's offset
 
     def term(self, node: Node, terms: list[T.Term]) -> T.Term | None:
-        """The term ``node`` had in the edited kernel when it is one of its node objects
-        whose sources have the same terms here (``terms``: those of the nodes so far),
-        so that lookup would give that very term; its type and attributes are the node's
-        own, and it is checked on this machine. Else None."""
+        """The term ``node`` had in the edited kernel, when lookup would give that very
+        term: ``node`` is one of its node objects, or one renumbered from the node at
+        the same offset as the last one found (an insertion or deletion before it), and
+        its sources have the same terms here as there (``terms``: those of the nodes so
+        far). Its type and attributes are the node's own, and it is checked on this
+        machine. Else None."""
         i = len(terms)
-        if not (i < len(self.nodes) and self.nodes[i] is node):
+        j = i + self.shift
+        if not (0 <= j < len(self.nodes) and self.nodes[j] is node):
             if self.positions is None:
-                self.positions = {id(n): j for j, n in enumerate(self.nodes)}
-            i = self.positions.get(id(node), -1)
-            if i < 0:
+                self.positions = {id(n): k for k, n in enumerate(self.nodes)}
+            found = self.positions.get(id(node))
+            if found is not None:
+                j = found
+            elif not (0 <= j < len(self.nodes) and self._renumbered(node, self.nodes[j], terms)):
                 return None
-        for a in node.inputs:
-            if terms[a] is not self.terms[a]:
-                return None
-        term = self.terms[i]
+        if self.nodes[j] is node:
+            for a in node.inputs:
+                if terms[a] is not self.terms[a]:
+                    return None
+        term = self.terms[j]
         if term.type is not node.type or term.attrs is not node.attrs or \
                 not _checked_on(term, self.machine):
             return None
+        self.shift = j - i
         return term
+
+    def _renumbered(self, node: Node, old: Node, terms: list[T.Term]) -> bool:
+        """Whether ``node`` is ``old`` with its arguments renumbered: the same op and
+        attributes, the same literals, and sources with the same terms."""
+        if node.op != old.op or node.attrs is not old.attrs or len(node.args) != len(old.args):
+            return False
+        for a, b in zip(node.args, old.args, strict=True):
+            if isinstance(a, Const) or isinstance(b, Const):
+                if a is not b:
+                    return False
+            elif terms[a] is not self.terms[b]:
+                return False
+        return True
 
 
 def typecheck(kernel: Kernel, machine) -> Kernel:

@@ -124,9 +124,16 @@ def operator_op(operator: str, operands: int) -> str | None:
                  and len(o.tensor_params) == operands), None)
 
 
+# what other modules remember of the rules' results (the type, cost and edit caches of
+# ir.py, cost.py and edit.py): forgotten with the rest when the table changes
+FORGET_ON_CHANGE: list[Callable[[], None]] = []
+
+
 def _forget_derived() -> None:
     for derived in (siblings, unary_elementwise, layout_ops, operator_op):
         derived.cache_clear()
+    for forget in FORGET_ON_CHANGE:
+        forget()
 
 
 # ---------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from collections.abc import Callable, Hashable
 
 from stochopt.errors import StochoptError
 from stochopt.leir.ir import Kernel, Node, build
+from stochopt.leir.ops import FORGET_ON_CHANGE
 from stochopt.leir.rules import Const
 
 
@@ -30,6 +31,15 @@ def rebuild(kernel: Kernel, nodes: list[Node], output: int, machine) -> Kernel:
 _EDITS: OrderedDict[StructureKey, dict[Hashable, Kernel | StochoptError]] = OrderedDict()
 EDITS_KEPT = 20_000
 _edits_kept = 0
+
+
+def _forget_edits() -> None:  # the op table changed: a rule's verdict may have too
+    global _edits_kept
+    _EDITS.clear()
+    _edits_kept = 0
+
+
+FORGET_ON_CHANGE.append(_forget_edits)
 
 
 class StructureKey:
