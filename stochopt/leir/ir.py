@@ -337,36 +337,33 @@ class _OldTerms:
 
     def __init__(self, edited: Kernel, machine) -> None:
         self.nodes, self.terms, self.machine = edited.nodes, edited.terms, machine
-        self.positions: dict[int, int] | None = None  # id(node) -> index, made if needed
         self.shift = 0  # old index - new index of the last node found: an edit's offset
 
     def term(self, node: Node, terms: list[T.Term]) -> T.Term | None:
         """The term ``node`` had in the edited kernel, when lookup would give that very
-        term: ``node`` is one of its node objects, or one renumbered from the node at
-        the same offset as the last one found (an insertion or deletion before it), and
-        its sources have the same terms here as there (``terms``: those of the nodes so
-        far). Its type and attributes are the node's own, and it is checked on this
-        machine. Else None."""
+        term: ``node`` is the edited kernel's node at the offset of the last one found
+        (or one further or nearer: an insertion or deletion before it), or that node with
+        its arguments renumbered, and its sources have the same terms here as there
+        (``terms``: those of the nodes so far). Its type and attributes are the node's
+        own, and it is checked on this machine. Else None (lookup decides)."""
         i = len(terms)
-        j = i + self.shift
-        if not (0 <= j < len(self.nodes) and self.nodes[j] is node):
-            if self.positions is None:
-                self.positions = {id(n): k for k, n in enumerate(self.nodes)}
-            found = self.positions.get(id(node))
-            if found is not None:
-                j = found
-            elif not (0 <= j < len(self.nodes) and self._renumbered(node, self.nodes[j], terms)):
-                return None
-        if self.nodes[j] is node:
-            for a in node.inputs:
-                if terms[a] is not self.terms[a]:
+        for shift in (self.shift, self.shift + 1, self.shift - 1):
+            j = i + shift
+            if not 0 <= j < len(self.nodes):
+                continue
+            old = self.nodes[j]
+            if old is node:
+                if any(terms[a] is not self.terms[a] for a in node.inputs):
                     return None
-        term = self.terms[j]
-        if term.type is not node.type or term.attrs is not node.attrs or \
-                not _checked_on(term, self.machine):
-            return None
-        self.shift = j - i
-        return term
+            elif not self._renumbered(node, old, terms):
+                continue
+            term = self.terms[j]
+            if term.type is not node.type or term.attrs is not node.attrs or \
+                    not _checked_on(term, self.machine):
+                return None
+            self.shift = shift
+            return term
+        return None
 
     def _renumbered(self, node: Node, old: Node, terms: list[T.Term]) -> bool:
         """Whether ``node`` is ``old`` with its arguments renumbered: the same op and

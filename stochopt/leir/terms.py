@@ -119,7 +119,7 @@ class Term:
 # lookup runs for every re-typed node.)
 _TERMS: dict[tuple, weakref.KeyedRef] = {}
 _VALUES: dict[tuple, weakref.KeyedRef] = {}
-RECENT = 50_000
+RECENT = 10_000
 _recent: list[Term | None] = [None] * RECENT
 _recent_at = 0
 
