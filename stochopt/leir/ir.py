@@ -170,9 +170,9 @@ class Builder:
             key = None if attrs is not None else \
                 (op_name, T.source_types_key(sources), T.attrs_key(ordered))
             attrs = dict(ordered) if attrs is None else attrs
-            out = self._infer(op_name, args, attrs, line, col, key)
+            out, number = self._infer(op_name, args, attrs, line, col, key)
             ordered = tuple((p.name, attrs[p.name]) for p in OPS[op_name].static_params)
-            term = T.make(op_name, sources, ordered, out)
+            term = T.make(op_name, sources, ordered, out, number)
             term.checked_on = self.machine
         if given is None or given.type is not term.type or given.attrs is not term.attrs:
             given = Node(op_name, args, term.attrs, term.type, name, line)
@@ -181,15 +181,17 @@ class Builder:
         return len(self.nodes) - 1
 
     def _infer(self, op_name: str, args: Sequence[Arg], attrs: dict, line, col,
-               key: tuple | None = None) -> TensorType:
-        """Run the op's type rule and every constraint, naming the operands in errors.
-        ``key``: (op, the sources' type numbers and literals, attributes), of which the
-        rules' verdict on this machine is a function (a refusal's message also names the
-        operands): the verdict is remembered under it."""
+               key: tuple | None = None) -> tuple[TensorType, int | None]:
+        """Run the op's type rule and every constraint, naming the operands in errors:
+        the type (and its type number when known). ``key``: (op, the sources' type
+        numbers and literals, attributes), of which the rules' verdict on this machine is
+        a function (a refusal's message also names the operands): the verdict is
+        remembered under it."""
         if key is not None:
             typed = _TYPED.get(key)
             if typed is not None and typed[0] is self.machine:
-                return self._stored_tiles_checked(op_name, args, typed[1], line, col)
+                return self._stored_tiles_checked(op_name, args, typed[1], line, col), \
+                    typed[2]
         names = [str(a) if isinstance(a, Const) else (self.nodes[a].name or f"%{a}")
                  for a in args]
         refusal = None if key is None else (*key, tuple(names), self.machine)
@@ -204,9 +206,11 @@ class Builder:
             if refusal is not None:
                 _remember(_REFUSALS, refusal, e.with_traceback(None))  # not the rule's frames
             raise _located(e, line, col) from None
-        if key is not None:
-            _remember(_TYPED, key, (self.machine, out))
-        return self._stored_tiles_checked(op_name, args, out, line, col)
+        if key is None:
+            return self._stored_tiles_checked(op_name, args, out, line, col), None
+        number = T.type_key(out)
+        _remember(_TYPED, key, (self.machine, out, number))
+        return self._stored_tiles_checked(op_name, args, out, line, col), number
 
     def _stored_tiles_checked(self, op_name: str, args: Sequence[Arg], out: TensorType,
                               line, col) -> TensorType:

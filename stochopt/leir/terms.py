@@ -231,12 +231,15 @@ def lookup(op: str, sources: tuple, attrs: tuple) -> Term | None:
     return _interned(_TERMS, (op, source_keys(sources), attrs_key(attrs)))
 
 
-def make(op: str, sources: tuple, attrs: tuple, type_: Any) -> Term:
-    """The one term for (op, sources, attrs), made with this type if it is new."""
+def make(op: str, sources: tuple, attrs: tuple, type_: Any,
+         number: int | None = None) -> Term:
+    """The one term for (op, sources, attrs), made with this type if it is new
+    (``number``: the type's type_key, when the caller knows it)."""
     key = (op, source_keys(sources), attrs_key(attrs))
     term = _interned(_TERMS, key)
     if term is None:
         term = _intern(_TERMS, key, Term(op, type_, sources, attrs))
+        term._type_key = number
     return term
 
 
