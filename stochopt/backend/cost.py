@@ -430,7 +430,7 @@ def cycles(kernel: Kernel, machine: Machine) -> int:
     held = memo.get(cycles)
     if held is None or held[0] is not machine:
         held = memo[cycles] = (machine, (_machine_key(machine), kernel.terms,
-                                         tuple([n.args for n in kernel.nodes])))
+                                         kernel.arguments))
     key = held[1]
     known = _CYCLES.get(key)
     if known is None:

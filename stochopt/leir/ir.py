@@ -86,6 +86,15 @@ class Kernel(Displayable):  # Displayable: Jupyter shows it highlighted
         return self._terms
 
     @property
+    def arguments(self) -> tuple[tuple[Arg, ...], ...]:
+        """Every node's arguments in program order, made once per kernel object: with the
+        terms, what the schedule and the range analysis read, so their caches key on it."""
+        known = self.memo.get(Kernel.arguments)
+        if known is None:
+            known = self.memo[Kernel.arguments] = tuple([n.args for n in self.nodes])
+        return known
+
+    @property
     def exact_key(self) -> T.Term:
         """What the kernel computes in exact mode, whatever its layouts and op order."""
         return self.terms[self.output].exact_key
@@ -105,7 +114,10 @@ class Kernel(Displayable):  # Displayable: Jupyter shows it highlighted
         return self.nodes[self.output].type
 
     def signature(self) -> dict[str, TensorType]:
-        return {n.attr("name"): n.type for n in self.params}
+        known = self.memo.get(Kernel.signature)  # asked of every candidate: made once
+        if known is None:
+            known = self.memo[Kernel.signature] = {n.attr("name"): n.type for n in self.params}
+        return dict(known)
 
     def users(self) -> list[list[int]]:
         out: list[list[int]] = [[] for _ in self.nodes]
