@@ -9,10 +9,10 @@ the kernel's cycle count. See docs/machine.md for every formula.
 
 from __future__ import annotations
 
-import weakref
 from bisect import bisect_right
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
+from itertools import accumulate
 from math import ceil
 
 from stochopt.backend.op_costs import (
@@ -25,8 +25,9 @@ from stochopt.backend.op_costs import (
     reduced_levels,
 )
 from stochopt.errors import ConstraintError
+from stochopt.leir import terms as T
 from stochopt.leir.ir import Kernel, op_of
-from stochopt.leir.ops import ELEMENTWISE, OPS
+from stochopt.leir.ops import ELEMENTWISE, FORGET_ON_CHANGE, OPS
 from stochopt.leir.rules import Const
 from stochopt.machine import Machine, load_machine
 
@@ -80,46 +81,103 @@ class Profile:
                 "links": dict(self.link_busy or {})}
 
 
-# per machine, each term's Work by its surroundings: a term fixes the op, its input and
-# output types and its attributes; with the few facts about its neighbours that some cost
-# rules read (DRAM extent, how a tree result is delivered) that is all a cost rule sees, so an
-# unchanged node is never costed twice
-_WORK: dict[Machine, weakref.WeakKeyDictionary] = {}
+# Each term's Work by its surroundings, per machine, kept on the term (Term.facts, under
+# the machine's key below): a term fixes the op, its input and output types and its
+# attributes; with the few facts about its neighbours that some cost rules read (DRAM
+# extent, how a tree result is delivered) that is all a cost rule sees, so an unchanged
+# node is never costed twice. The key is one object per machine, made once: a term's
+# facts are found by identity, without hashing the machine again for every node.
+_MACHINE_KEYS: dict[Machine, object] = {}
+
+
+def _term_facts(term, key: object) -> dict:
+    """The cost facts of a term on the machine whose key is ``key``: its Work by context
+    ("levels": the levels a tree result is combined over; "bytes": local bytes)."""
+    facts = term.facts
+    if facts is None:
+        facts = term.facts = {}
+    mine = facts.get(key)
+    if mine is None:
+        mine = facts[key] = {}
+    return mine
+
+
+_last_machine: list = [None, None]  # the machine asked last and its key
+
+
+def _machine_key(machine: Machine) -> object:
+    """One object per machine (equal machines share it), found by identity first."""
+    if _last_machine[0] is machine:
+        return _last_machine[1]
+    key = _MACHINE_KEYS.get(machine)
+    if key is None:
+        key = _MACHINE_KEYS[machine] = object()
+    _last_machine[:] = machine, key
+    return key
+
+
+def _local_bytes(term) -> int:
+    """Bytes each holding PE keeps of the term's value, kept on the term."""
+    facts = term.facts
+    if facts is None:
+        facts = term.facts = {}
+    nbytes = facts.get(_local_bytes)
+    if nbytes is None:
+        nbytes = facts[_local_bytes] = term.type.local_bytes()
+    return nbytes
 
 
 def op_work(kernel: Kernel, machine: Machine) -> list[Work]:
     """The Work of every node, from the op table's cost rules, each told what about its
     surroundings its cost depends on (op_costs.DRAM_EXTENT, op_costs.DELIVERY).
     Cached per term and per those surroundings, so an unchanged node is costed once."""
-    known = _WORK.get(machine)
-    if known is None:
-        known = _WORK[machine] = weakref.WeakKeyDictionary()
+    key = _machine_key(machine)
     nodes = kernel.nodes
     users = kernel.users() if any(n.op == "store" or n.op in _TREE_RESULTS
                                   for n in nodes) else []
     out = []
     for i, (n, term) in enumerate(zip(nodes, kernel.terms, strict=True)):
+        facts = _term_facts(term, key)
+        op = n.op
         context: tuple = ()
-        if n.op == "load":
+        if op == "load":
             context = ((DRAM_EXTENT, _whole_axes(n.type.shape,
                                                  _dram_root(kernel, n.inputs[0]))),)
-        elif n.op == "store":
+        elif op == "store":
             context = ((DRAM_EXTENT, _whole_axes(n.type.shape,
                                                  _stored_root(kernel, users, i))),)
-        elif n.op in _TREE_RESULTS:
-            levels = reduced_levels(n.op, [nodes[a].type for a in n.inputs], dict(n.attrs))
+        elif op in _TREE_RESULTS:
+            levels = facts.get("levels")
+            if levels is None:
+                levels = facts["levels"] = reduced_levels(
+                    op, [nodes[a].type for a in n.inputs], dict(n.attrs))
             if levels:
                 context = ((DELIVERY, _delivery(kernel, users, i, levels)),)
-        by_context = known.get(term)
-        if by_context is None:
-            by_context = known[term] = {}
-        work = by_context.get(context)
+        work = facts.get(context)
         if work is None:
-            ins = [a if isinstance(a, Const) else nodes[a].type for a in n.args]
-            work = by_context[context] = op_of(n.op).cost(machine, ins, n.type,
-                                                          {**dict(n.attrs), **dict(context)})
+            work = facts[context] = _work_of(n, term, context, nodes, key, machine)
         out.append(work)
     return out
+
+
+# Work by what a cost rule reads (op, input and output types, attributes, surroundings)
+# per machine: a new term (anything upstream of it changed) seldom has new types.
+_WORK_BY_TYPES: dict[tuple, Work] = {}
+WORKS_KEPT = 100_000
+FORGET_ON_CHANGE.append(_WORK_BY_TYPES.clear)  # an op's cost rule may have changed
+
+
+def _work_of(n, term, context: tuple, nodes, key: object, machine: Machine) -> Work:
+    typed = (key, n.op, T.source_types_key(term.sources), term.type_key, T.attrs_key(n.attrs),
+             context)
+    work = _WORK_BY_TYPES.get(typed)
+    if work is None:
+        ins = [a if isinstance(a, Const) else nodes[a].type for a in n.args]
+        work = op_of(n.op).cost(machine, ins, n.type, {**dict(n.attrs), **dict(context)})
+        if len(_WORK_BY_TYPES) >= WORKS_KEPT:
+            _WORK_BY_TYPES.clear()
+        _WORK_BY_TYPES[typed] = work
+    return work
 
 
 _TREE_RESULTS = frozenset({"reduce_sum", "reduce_max", "reduce_min", "matmul"})
@@ -220,20 +278,17 @@ class _Memory:
             self.held[node][1] = at
 
     def usage_after(self) -> tuple[list[int], list[int]]:
-        """Event times and, for each, the most bytes live at that time or later."""
-        deltas: dict[int, int] = {}
-        for start, release, nbytes in self.held.values():
-            deltas[start] = deltas.get(start, 0) + nbytes
-            if release is not None:
-                deltas[release] = deltas.get(release, 0) - nbytes
-        times = sorted(deltas)
-        live, levels = 0, []
-        for t in times:
-            live += deltas[t]
-            levels.append(live)
-        for i in range(len(levels) - 2, -1, -1):
-            levels[i] = max(levels[i], levels[i + 1])
-        return times, levels
+        """Event times and, for each, the most bytes live at that time or later. (Every
+        allocation and release is an event, in time order, releases first at equal
+        times: within one time the bytes live only fall then rise to what that time
+        leaves live, so no event shows more than the times around it do.)"""
+        held = self.held.values()
+        events = [(start, nbytes) for start, _, nbytes in held]
+        events += [(release, -nbytes) for _, release, nbytes in held if release is not None]
+        events.sort()
+        most = list(accumulate(reversed(list(accumulate([e[1] for e in events]))), max))
+        most.reverse()  # bytes live after each event, then the most of them from it on
+        return [e[0] for e in events], most
 
     def earliest_fit(self, t: int, nbytes: int, floor: int) -> int | None:
         """The earliest time >= t from which nbytes more fit for good; None if never.
@@ -298,23 +353,30 @@ class _Links:
 
     def __init__(self) -> None:
         self.held: dict[str, list[tuple[int, int, float]]] = {}
+        self.spans = 0  # reservations held, all links together
 
     def forget(self, before: int) -> None:
-        """No moving stage starts before ``before`` any more: drop what ended by then."""
+        """No moving stage starts before ``before`` any more: drop what ended by then.
+        (Only to keep the lists short: a span that ended by then never overlaps a stage
+        that starts at or after it, so checks read the same with or without it.)"""
+        if self.spans <= FORGET_ABOVE:
+            return
         for link, spans in self.held.items():
             self.held[link] = [r for r in spans if r[1] > before]
+        self.spans = sum(len(spans) for spans in self.held.values())
 
     def _fits(self, at: int, cycles: int, uses: tuple[tuple[str, int], ...]) -> bool:
+        end = at + cycles
+        held = self.held
         for link, work in uses:
-            spans = [r for r in self.held.get(link, ()) if r[0] < at + cycles and r[1] > at]
+            spans = [r for r in held.get(link, ()) if r[0] < end and r[1] > at]
             if not spans:
                 continue
             rate = work / cycles
             # the most in use at once over [at, at + cycles): checked where a span starts
-            points = [at] + [r[0] for r in spans if r[0] > at]
-            if any(sum(r[2] for r in spans if r[0] <= p < r[1]) + rate > 1 + 1e-9
-                   for p in points):
-                return False
+            for p in [at] + [r[0] for r in spans if r[0] > at]:
+                if sum(r[2] for r in spans if r[0] <= p < r[1]) + rate > 1 + 1e-9:
+                    return False
         return True
 
     def earliest(self, t: int, cycles: int, uses: tuple[tuple[str, int], ...]) -> int:
@@ -327,6 +389,10 @@ class _Links:
     def reserve(self, at: int, cycles: int, uses: tuple[tuple[str, int], ...]) -> None:
         for link, work in uses:
             self.held.setdefault(link, []).append((at, at + cycles, work / cycles))
+        self.spans += len(uses)
+
+
+FORGET_ABOVE = 32  # reservations held before the ended ones are dropped
 
 
 # ---------------------------------------------------------------------------------
@@ -358,14 +424,20 @@ def cycles(kernel: Kernel, machine: Machine) -> int:
     """The kernel's cycle count alone, as cost() gives it (ConstraintError when it does
     not fit in memory). The search asks for it on every candidate and meets the same
     kernels again and again, so it is remembered per kernel: its terms (ops, types,
-    layouts, attributes) and its program order, which is all the schedule reads."""
-    key = (machine, kernel.terms, tuple(n.args for n in kernel.nodes))
+    layouts, attributes) and its program order, which is all the schedule reads. (The
+    key is made once per kernel object, the machine in it as its one key object.)"""
+    memo = kernel.memo
+    held = memo.get(cycles)
+    if held is None or held[0] is not machine:
+        held = memo[cycles] = (machine, (_machine_key(machine), kernel.terms,
+                                         kernel.arguments))
+    key = held[1]
     known = _CYCLES.get(key)
     if known is None:
         try:
             works = op_work(kernel, machine)
             known = max(_schedule(kernel, works, [n.inputs for n in kernel.nodes],
-                                  machine)[1], default=0)
+                                  machine, profile=False)[1], default=0)
         except ConstraintError as e:
             known = e
         _CYCLES[key] = known
@@ -378,27 +450,40 @@ def cycles(kernel: Kernel, machine: Machine) -> int:
     return known
 
 
+# the resources among RESOURCES whose bits are set, for every set of them
+_RESOURCE_SETS = {bits: tuple(r for j, r in enumerate(RESOURCES) if bits >> j & 1)
+                  for bits in range(1 << len(RESOURCES))}
+_BIT = {r: 1 << j for j, r in enumerate(RESOURCES)}
+
+
 def _schedule(kernel: Kernel, works: list[Work], inputs: list[tuple[int, ...]],
-              machine: Machine):
-    """Start and end of every op, busy cycles per resource, and the memory peak."""
+              machine: Machine, profile: bool = True):
+    """Start and end of every op, busy cycles per resource, and the memory peak (without
+    ``profile``, the starts and ends alone: cycles() reads the ends)."""
     nodes = kernel.nodes
+    terms = kernel.terms
     count = len(nodes)
     # memory roots: a free relabelling of a pe value (reshape, free transpose) is a view
     root = list(range(count))
+    size = [0] * count
     for i, w in enumerate(works):
-        if not w.stages and inputs[i] and nodes[inputs[i][0]].type.location == "pe":
-            root[i] = root[inputs[i][0]]
-    size = [n.type.local_bytes() if root[i] == i else 0 for i, n in enumerate(nodes)]
+        ins = inputs[i]
+        if not w.stages and ins and nodes[ins[0]].type.location == "pe":
+            root[i] = root[ins[0]]
+        else:
+            size[i] = _local_bytes(terms[i])
     last_reader = list(range(count))
     for i, ins in enumerate(inputs):
         for a in ins:
-            last_reader[root[a]] = max(last_reader[root[a]], i)
-    # resources that ops from i on start on (a bit each): no op from i on starts before
-    # the earliest of them is free, so memory released before then can be forgotten
-    bit = {r: 1 << j for j, r in enumerate(RESOURCES)}
+            r = root[a]
+            if i > last_reader[r]:
+                last_reader[r] = i
+    # resources that ops from i on start on: no op from i on starts before the earliest
+    # of them is free, so memory released before then can be forgotten
     later = [0] * (count + 1)
     for i in range(count - 1, -1, -1):
-        later[i] = later[i + 1] | (bit[works[i].stages[0][0]] if works[i].stages else 0)
+        w = works[i]
+        later[i] = later[i + 1] | (_BIT[w.stages[0][0]] if w.stages else 0)
 
     free = dict.fromkeys(RESOURCES, 0)
     links = _Links()
@@ -408,49 +493,63 @@ def _schedule(kernel: Kernel, works: list[Work], inputs: list[tuple[int, ...]],
     stages: list[tuple] = [()] * count
     carried: list[tuple] = [()] * count
     memory = _Memory(machine.pe_local_bytes)
+    descriptors = machine.dma_descriptors
     landed: list[int] = []  # when each transfer issued so far lands, in queue order
     for i, w in enumerate(works):
-        t = max((end[a] for a in inputs[i]), default=0)
+        t = 0
+        for a in inputs[i]:
+            if end[a] > t:
+                t = end[a]
         if w.stages:
             t = max(t, free[w.stages[0][0]])
-        if w.latency and len(landed) >= machine.dma_descriptors:
+        if w.latency and len(landed) >= descriptors:
             # every descriptor is in flight: the transfer waits for the oldest to land
-            t = max(t, landed[-machine.dma_descriptors])
-        if size[i]:
-            floor = min(free[r] for r in RESOURCES if later[i] & bit[r])
-            fit = memory.earliest_fit(t, size[i], floor)
+            t = max(t, landed[-descriptors])
+        nbytes = size[i]
+        if nbytes and memory.total + nbytes > memory.capacity:  # else it fits at once
+            floor = min([free[r] for r in _RESOURCE_SETS[later[i]]])
+            fit = memory.earliest_fit(t, nbytes, floor)
             if fit is None:
-                raise _out_of_memory(kernel, i, size[i], memory, machine)
+                raise _out_of_memory(kernel, i, nbytes, memory, machine)
             t = fit
         start[i] = t
         ran = []
-        for resource, cycles in w.stages:
+        for resource, stage_cycles in w.stages:
             t = max(t, free[resource])
             if w.links and resource in ("dma", "tree"):
                 # the moving stage: it starts once every link it uses has room for its
                 # share of that link next to what other transfers already carry there
                 links.forget(min(free["dma"], free["tree"]))
-                t = links.earliest(t, cycles, w.links)
-                links.reserve(t, cycles, w.links)
-                carried[i] = tuple((link, t, t + cycles, work) for link, work in w.links)
-                for link, work in w.links:
-                    link_busy[link] += work
-            ran.append((resource, t, t + cycles))
-            free[resource] = t + cycles
-            busy[resource] += cycles
-            t += cycles
-        stages[i] = tuple(ran)
+                t = links.earliest(t, stage_cycles, w.links)
+                links.reserve(t, stage_cycles, w.links)
+                if profile:
+                    carried[i] = tuple((link, t, t + stage_cycles, work)
+                                       for link, work in w.links)
+                    for link, work in w.links:
+                        link_busy[link] += work
+            if profile:
+                ran.append((resource, t, t + stage_cycles))
+                busy[resource] += stage_cycles
+            free[resource] = t + stage_cycles
+            t += stage_cycles
+        if profile:
+            stages[i] = tuple(ran)
         t += w.latency  # a DMA transfer in flight: its queue is already free
         end[i] = release[i] = t
         if w.latency:
             landed.append(t)
-        if size[i]:
-            memory.hold(i, start[i], size[i])
-        for r in (*(root[a] for a in inputs[i]), i):
+        if nbytes:
+            memory.hold(i, start[i], nbytes)
+        for a in inputs[i]:
+            r = root[a]
             if t > release[r]:
                 release[r] = t
             if last_reader[r] == i:
                 memory.release(r, release[r])
+        if last_reader[i] == i:
+            memory.release(i, release[i])
+    if not profile:
+        return start, end, stages, carried, busy, link_busy, None, None
     peak, peak_at = _peak([(start[i], release[i], size[i], i) for i in range(count) if size[i]])
     return start, end, stages, carried, busy, link_busy, peak, peak_at
 

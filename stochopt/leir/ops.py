@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache, partial
+from functools import cache, cached_property, partial
 from typing import Any
 
 import numpy as np
@@ -62,11 +62,12 @@ class Op:
     operator: str | None = None   # the Python operator the parser reads as this op
     written_as_operator: bool = False  # the renderer writes the operator, not a call
 
-    @property
+    # made once per entry: re-typing a node reads them
+    @cached_property
     def tensor_params(self) -> tuple[Param, ...]:
         return tuple(p for p in self.params if p.kind in (TENSOR, TENSORS))
 
-    @property
+    @cached_property
     def static_params(self) -> tuple[Param, ...]:
         return tuple(p for p in self.params if p.kind not in (TENSOR, TENSORS))
 
@@ -123,9 +124,16 @@ def operator_op(operator: str, operands: int) -> str | None:
                  and len(o.tensor_params) == operands), None)
 
 
+# what other modules remember of the rules' results (the type, cost and edit caches of
+# ir.py, cost.py and edit.py): forgotten with the rest when the table changes
+FORGET_ON_CHANGE: list[Callable[[], None]] = []
+
+
 def _forget_derived() -> None:
     for derived in (siblings, unary_elementwise, layout_ops, operator_op):
         derived.cache_clear()
+    for forget in FORGET_ON_CHANGE:
+        forget()
 
 
 # ---------------------------------------------------------------------------------

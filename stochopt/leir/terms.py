@@ -66,17 +66,28 @@ REDUCTION_ORDER = {"reduce_sum": _summed_axis_of_reduce, "matmul": _summed_axis_
 class Term:
     """One op applied to terms (or scalar literals), hash-consed: see the module doc."""
 
-    __slots__ = ("op", "type", "sources", "attrs", "checked_on", "_exact", "_native",
-                 "__weakref__")
+    __slots__ = ("op", "type", "sources", "attrs", "checked_on", "facts", "_type_key",
+                 "_exact", "_native", "__weakref__")
 
     def __init__(self, op: str, type_: Any, sources: tuple, attrs: tuple) -> None:
         self.op, self.type, self.sources, self.attrs = op, type_, sources, attrs
         self.checked_on: Any = None  # the machine whose constraints it was last checked on
+        # what other layers derive from the term alone, kept on it under their own keys
+        # (the cost model's Work per machine and surroundings): no lookup in a table
+        self.facts: dict | None = None
+        self._type_key: int | None = None
         self._exact: Term | None = None
         self._native: Term | None = None
 
     def attr(self, key: str) -> Any:
         return attr_of(self.attrs, key)
+
+    @property
+    def type_key(self) -> int:
+        """Its type's number (type_key): equal types, one number."""
+        if self._type_key is None:
+            self._type_key = type_key(self.type)
+        return self._type_key
 
     @property
     def exact_key(self) -> Term:
@@ -100,9 +111,41 @@ class Term:
         return f"Term({self.op}, {self.type}, {len(self.sources)} sources, {self.attrs})"
 
 
-# the caches hold terms weakly: a term lives as long as some kernel or cache uses it
-_TERMS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
-_VALUES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+# The interning tables hold terms weakly: a term lives as long as some kernel or cache
+# uses it, or while it is among the RECENT terms made last. A chain proposes the same
+# few candidates again and again, and most are refused and dropped at once: without the
+# recent ones, each would be typed, checked and costed anew every time. (Plain dicts of
+# KeyedRefs, as WeakValueDictionary keeps them, read without its Python-level get: a
+# lookup runs for every re-typed node.)
+_TERMS: dict[tuple, weakref.KeyedRef] = {}
+_VALUES: dict[tuple, weakref.KeyedRef] = {}
+RECENT = 10_000
+_recent: list[Term | None] = [None] * RECENT
+_recent_at = 0
+
+
+def _forget_term(ref: weakref.KeyedRef) -> None:
+    if _TERMS.get(ref.key) is ref:
+        del _TERMS[ref.key]
+
+
+def _forget_value(ref: weakref.KeyedRef) -> None:
+    if _VALUES.get(ref.key) is ref:
+        del _VALUES[ref.key]
+
+
+def _interned(table: dict, key: tuple) -> Term | None:
+    ref = table.get(key)
+    return ref() if ref is not None else None
+
+
+def _intern(table: dict, key: tuple, term: Term) -> Term:
+    global _recent_at
+    table[key] = weakref.KeyedRef(term, _forget_term if table is _TERMS else _forget_value,
+                                  key)
+    _recent[_recent_at] = term
+    _recent_at = (_recent_at + 1) % RECENT
+    return term
 
 
 def attr_of(attrs: tuple, key: str) -> Any:
@@ -127,8 +170,12 @@ def canonical(value: Any) -> Any:
     return value
 
 
-def _source_keys(sources: tuple) -> tuple:
-    return tuple(s if isinstance(s, Term) else canonical(s) for s in sources)
+def source_keys(sources: tuple) -> tuple:
+    """The hashable key of a term's sources: the terms themselves, literals canonical()."""
+    for s in sources:
+        if type(s) is not Term:  # a literal: made canonical
+            return tuple(s if isinstance(s, Term) else canonical(s) for s in sources)
+    return sources  # terms only (the common case): they key by identity as they are
 
 
 # attrs_key by the identity of the attrs tuple: unchanged nodes share theirs from kernel
@@ -151,6 +198,27 @@ def attrs_key(attrs: tuple) -> tuple:
     return key
 
 
+# Every type seen, numbered: what a type rule or a cost rule reads of a source is its
+# type, so caches of their results key on type numbers, which many terms share (a term is
+# new whenever anything upstream of it is; its type seldom is), and compare as ints
+# rather than as nested layouts. Numbers are never reused.
+_TYPE_NUMBERS: dict[Any, int] = {}
+
+
+def type_key(type_: Any) -> int:
+    """The number of this type (equal types have one number), made on first sight."""
+    number = _TYPE_NUMBERS.get(type_)
+    if number is None:
+        number = _TYPE_NUMBERS[type_] = len(_TYPE_NUMBERS)
+    return number
+
+
+def source_types_key(sources: tuple) -> tuple:
+    """What a rule reads of a term's sources, as a key: each term's type number, each
+    literal canonical()."""
+    return tuple([s.type_key if type(s) is Term else canonical(s) for s in sources])
+
+
 def _layout_number(layout: Layout) -> tuple[str, int]:
     number = _LAYOUT_NUMBERS.get(layout)
     if number is None:
@@ -160,26 +228,27 @@ def _layout_number(layout: Layout) -> tuple[str, int]:
 
 def lookup(op: str, sources: tuple, attrs: tuple) -> Term | None:
     """The term for (op, sources, attrs) if one exists (sources are Terms or Consts)."""
-    return _TERMS.get((op, _source_keys(sources), attrs_key(attrs)))
+    return _interned(_TERMS, (op, source_keys(sources), attrs_key(attrs)))
 
 
-def make(op: str, sources: tuple, attrs: tuple, type_: Any) -> Term:
-    """The one term for (op, sources, attrs), made with this type if it is new."""
-    key = (op, _source_keys(sources), attrs_key(attrs))
-    term = _TERMS.get(key)
+def make(op: str, sources: tuple, attrs: tuple, type_: Any,
+         number: int | None = None) -> Term:
+    """The one term for (op, sources, attrs), made with this type if it is new
+    (``number``: the type's type_key, when the caller knows it)."""
+    key = (op, source_keys(sources), attrs_key(attrs))
+    term = _interned(_TERMS, key)
     if term is None:
-        term = Term(op, type_, sources, attrs)
-        _TERMS[key] = term
+        term = _intern(_TERMS, key, Term(op, type_, sources, attrs))
+        term._type_key = number
     return term
 
 
 def make_input(name: str, type_: Any) -> Term:
     """The term of a kernel input: its name and its given type."""
     key = ("input", type_, (("name", name),))
-    term = _TERMS.get(key)
+    term = _interned(_TERMS, key)
     if term is None:
-        term = Term("input", type_, (), (("name", name),))
-        _TERMS[key] = term
+        term = _intern(_TERMS, key, Term("input", type_, (), (("name", name),)))
     return term
 
 
@@ -200,12 +269,12 @@ def terms_of(nodes) -> tuple[Term, ...]:
 # ---------------------------------------------------------------------------------
 
 def _make_value(op: str, type_: tuple, sources: tuple, attrs: tuple) -> Term:
-    key = (op, type_, _source_keys(sources), attrs_key(attrs))
-    term = _VALUES.get(key)
+    key = (op, type_, source_keys(sources), attrs_key(attrs))
+    term = _interned(_VALUES, key)
     if term is None:
         term = Term(op, type_, sources, attrs)
         term._exact = term._native = term  # a value term is its own key
-        _VALUES[key] = term
+        _intern(_VALUES, key, term)
     return term
 
 

@@ -50,7 +50,7 @@ class CachedScreening(ScreeningSet):
         node indices (which nodes are one view of which), so two kernels with the same
         value key may be analysed apart; the key is the kernel itself without its names:
         every node's term (op, attributes, types, layouts included) and its arguments."""
-        key = (kernel.terms, tuple(n.args for n in kernel.nodes), kernel.output)
+        key = (kernel.terms, kernel.arguments, kernel.output)
         refused = self.range_verdicts.get(key)
         if refused is None:
             refused = self.range_verdicts[key] = super().range_refused(kernel)

@@ -7,7 +7,12 @@ earlier nodes.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+
+from stochopt.errors import StochoptError
 from stochopt.leir.ir import Kernel, Node, build
+from stochopt.leir.ops import FORGET_ON_CHANGE
 from stochopt.leir.rules import Const
 
 
@@ -18,23 +23,109 @@ def rebuild(kernel: Kernel, nodes: list[Node], output: int, machine) -> Kernel:
     return build(kernel.name, nodes, output, machine, kernel.spec_path, edited=kernel)
 
 
+# The kernels (or refusals) edits gave before, by the structure of the kernel edited
+# (names and lines included) and the machine, then by the edit: a chain draws the same
+# few edits of the same few kernels again and again (on softmax, all but one candidate in
+# a hundred had been built before), and a rebuild is most of a candidate's cost there.
+# Least recently used structures go first once EDITS_KEPT results are kept.
+_EDITS: OrderedDict[StructureKey, dict[Hashable, Kernel | StochoptError]] = OrderedDict()
+EDITS_KEPT = 2_000
+_edits_kept = 0
+
+
+def _forget_edits() -> None:  # the op table changed: a rule's verdict may have too
+    global _edits_kept
+    _EDITS.clear()
+    _edits_kept = 0
+
+
+FORGET_ON_CHANGE.append(_forget_edits)
+
+
+class StructureKey:
+    """A kernel's structure and machine, as one key whose hash is computed once: every
+    node's term (op, attributes, types), arguments, name and line, and the kernel's name,
+    output, spec path and machine: all that a rebuild after an edit reads."""
+
+    __slots__ = ("value", "hash")
+
+    def __init__(self, kernel: Kernel, machine) -> None:
+        self.value = (kernel.name, kernel.spec_path, kernel.output, machine, kernel.terms,
+                      tuple([(n.args, n.name, n.line) for n in kernel.nodes]))
+        self.hash = hash(self.value)
+
+    def __hash__(self) -> int:
+        return self.hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, StructureKey) and self.hash == other.hash
+                                 and self.value == other.value)
+
+
+def edited(kernel: Kernel, machine, edit: Hashable,
+           make: Callable[[], tuple[list[Node], int]]) -> Kernel:
+    """``rebuild(kernel, *make(), machine)``, remembered: ``edit`` describes the edit so
+    that, with the kernel's structure, it determines the node list ``make`` gives. A
+    kernel of the same structure edited the same way before gets the kernel that edit
+    gave (kernels never change), or the same refusal raised again."""
+    memo = kernel.memo
+    key = memo.get(StructureKey)
+    if key is None or key.value[3] is not machine:
+        key = memo[StructureKey] = StructureKey(kernel, machine)
+    results = _EDITS.get(key)
+    if results is None:
+        results = _EDITS[key] = {}
+    else:
+        _EDITS.move_to_end(key)
+        known = results.get(edit)
+        if known is not None:
+            if isinstance(known, StochoptError):
+                raise refusal_copy(known)
+            return known
+    try:
+        result = rebuild(kernel, *make(), machine)
+    except StochoptError as e:
+        _remember(results, edit, refusal_copy(e))
+        raise
+    _remember(results, edit, result)
+    return result
+
+
+def _remember(results: dict, edit: Hashable, result: Kernel | StochoptError) -> None:
+    global _edits_kept
+    results[edit] = result
+    _edits_kept += 1
+    while _edits_kept > EDITS_KEPT and len(_EDITS) > 1:
+        _edits_kept -= len(_EDITS.popitem(last=False)[1])
+
+
+def refusal_copy(e: StochoptError) -> StochoptError:
+    """The same refusal as a new exception (the same type, message, place and hint),
+    without the frames it was raised through: what a cache keeps and raises again."""
+    return type(e)(e.message, line=e.line, col=e.col, hint=e.hint, source=e.source)
+
+
 def remap(node: Node, mapping: dict[int, int]) -> Node:
-    """The node with its operands renumbered by ``mapping`` (itself if none moves)."""
-    if not any(a in mapping for a in node.inputs):
+    """The node reading ``mapping[a]`` for each argument ``a`` the mapping names (the
+    node itself when that changes nothing)."""
+    for a in node.inputs:
+        if mapping.get(a, a) != a:
+            break
+    else:
         return node
-    args = tuple(a if isinstance(a, Const) else mapping.get(a, a) for a in node.args)
-    if args == node.args:
-        return node
-    return Node(node.op, args, node.attrs, node.type, node.name, node.line)
+    return node.replaced(args=tuple([a if isinstance(a, Const) else mapping.get(a, a)
+                                     for a in node.args]))
 
 
 def remove_dead(nodes: list[Node], output: int) -> tuple[list[Node], int]:
     """Keep inputs, the output and whatever it depends on; renumber."""
-    live = {output}
+    live = [False] * len(nodes)
+    live[output] = True
     for i in range(output, -1, -1):
-        if i in live:
-            live.update(nodes[i].inputs)
-    keep = [i for i, n in enumerate(nodes) if i in live or n.op == "input"]
+        if live[i]:
+            for a in nodes[i].inputs:
+                live[a] = True
+    keep = [i for i, n in enumerate(nodes) if live[i] or n.op == "input"]
     if len(keep) == len(nodes):  # nothing dead (the common case): no renumbering
         return list(nodes), output
     index = {old: new for new, old in enumerate(keep)}

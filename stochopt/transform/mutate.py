@@ -8,23 +8,34 @@ chain's cost function, not the move, decides whether a move was any good.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping
-from dataclasses import replace
+from collections.abc import Callable, Hashable, Mapping
 
 from stochopt.errors import StochoptError
 from stochopt.leir.ir import Kernel, Node
 from stochopt.leir.layout import LEVELS, Factor, Layout
 from stochopt.leir.ops import OPS, layout_ops, siblings
 from stochopt.leir.rules import make_layout
-from stochopt.transform.edit import insert, rebuild, remap, replace_uses, shifted
+from stochopt.transform.edit import edited, insert, remap, replace_uses, shifted
 from stochopt.transform.weights import weighted_choice
 
 
 def _pick(rng: random.Random, kernel: Kernel, ops: tuple[str, ...] | None = None,
-          where=None) -> int | None:
-    choices = [i for i, n in enumerate(kernel.nodes)
-               if n.op != "input" and (ops is None or n.op in ops) and (where is None or where(n))]
+          where: Callable[[Node], bool] | None = None) -> int | None:
+    choices = _sites(kernel, (ops, where), lambda: [
+        i for i, n in enumerate(kernel.nodes)
+        if n.op != "input" and (ops is None or n.op in ops) and (where is None or where(n))])
     return rng.choice(choices) if choices else None
+
+
+def _sites(kernel: Kernel, what: Hashable, find: Callable[[], list]) -> list:
+    """The kernel's sites of one kind (``what``: which; ``find``: how to list them), found
+    once per kernel object: a chain edits the same kernel until a candidate is accepted.
+    (``where`` predicates are module functions, so they name a kind for good.)"""
+    key = ("sites", what)
+    found = kernel.memo.get(key)
+    if found is None:
+        found = kernel.memo[key] = find()
+    return found
 
 
 def mutate_layout(layout: Layout, rng: random.Random, fanout: dict[str, int]) -> Layout:
@@ -67,84 +78,128 @@ def change_layout(kernel: Kernel, rng: random.Random, machine) -> Kernel | None:
     i = _pick(rng, kernel, layout_ops())
     if i is None:
         return None
-    nodes = list(kernel.nodes)
-    n = nodes[i]
-    attrs = dict(n.attrs)
-    attrs["layout"] = mutate_layout(attrs["layout"], rng, machine.fanout)
-    nodes[i] = replace(n, attrs=tuple(attrs.items()))
-    return rebuild(kernel, nodes, kernel.output, machine)
+    n = kernel.nodes[i]
+    layout = mutate_layout(n.attr("layout"), rng, machine.fanout)
+
+    def make() -> tuple[list[Node], int]:
+        nodes = list(kernel.nodes)
+        attrs = dict(n.attrs)
+        attrs["layout"] = layout
+        nodes[i] = n.replaced(attrs=tuple(attrs.items()))
+        return nodes, kernel.output
+
+    return edited(kernel, machine, ("layout", i, layout), make)
 
 
 def change_dtype(kernel: Kernel, rng: random.Random, machine) -> Kernel | None:
     """Flip a cast between f32 and bf16, or insert a cast after a float op."""
-    nodes = list(kernel.nodes)
-    casts = [i for i, n in enumerate(nodes) if n.op == "cast"
-             and n.attr("dtype") in ("f32", "bf16")]
+    nodes = kernel.nodes
+    casts = _sites(kernel, "float casts", lambda: [
+        i for i, n in enumerate(nodes) if n.op == "cast" and n.attr("dtype") in ("f32", "bf16")])
     if casts and rng.random() < 0.5:
         i = rng.choice(casts)
         flip = "bf16" if nodes[i].attr("dtype") == "f32" else "f32"
-        nodes[i] = replace(nodes[i], attrs=(("dtype", flip),))
-        return rebuild(kernel, nodes, kernel.output, machine)
-    i = _pick(rng, kernel, where=lambda n: n.type.location == "pe"
-              and n.type.dtype in ("f32", "bf16"))
+
+        def flipped() -> tuple[list[Node], int]:
+            edit = list(nodes)
+            edit[i] = nodes[i].replaced(attrs=(("dtype", flip),))
+            return edit, kernel.output
+
+        return edited(kernel, machine, ("dtype flip", i), flipped)
+    i = _pick(rng, kernel, where=_float_on_pes)
     if i is None:
         return None
-    target = "bf16" if nodes[i].type.dtype == "f32" else "f32"
-    cast = Node("cast", (i,), (("dtype", target),), nodes[i].type, f"{nodes[i].name}_{target}")
-    nodes = insert(nodes, i + 1, cast)
-    nodes = replace_uses(nodes, i, i + 1, after=i + 1)
-    return rebuild(kernel, nodes, shifted(kernel.output, i + 1), machine)
+
+    def cast_after() -> tuple[list[Node], int]:
+        target = "bf16" if nodes[i].type.dtype == "f32" else "f32"
+        cast = Node("cast", (i,), (("dtype", target),), nodes[i].type,
+                    f"{nodes[i].name}_{target}")
+        edit = insert(list(nodes), i + 1, cast)
+        edit = replace_uses(edit, i, i + 1, after=i + 1)
+        return edit, shifted(kernel.output, i + 1)
+
+    return edited(kernel, machine, ("dtype cast", i), cast_after)
+
+
+def _float_on_pes(n: Node) -> bool:
+    return n.type.location == "pe" and n.type.dtype in ("f32", "bf16")
 
 
 def swap_independent(kernel: Kernel, rng: random.Random, machine) -> Kernel | None:
     """Swap two neighbouring ops that do not depend on each other (changes the schedule)."""
-    nodes = list(kernel.nodes)
-    pairs = [i for i in range(len(nodes) - 1)
-             if nodes[i].op != "input" and nodes[i + 1].op != "input"
-             and i not in nodes[i + 1].inputs and i + 1 != kernel.output and i != kernel.output]
+    nodes = kernel.nodes
+    pairs = _sites(kernel, "swaps", lambda: [
+        i for i in range(len(nodes) - 1)
+        if nodes[i].op != "input" and nodes[i + 1].op != "input"
+        and i not in nodes[i + 1].inputs and i + 1 != kernel.output and i != kernel.output])
     if not pairs:
         return None
     i = rng.choice(pairs)
-    a, b = nodes[i], nodes[i + 1]
-    swap = {i: i + 1, i + 1: i}
-    nodes[i], nodes[i + 1] = b, a
-    nodes = nodes[:i + 2] + [remap(n, swap) for n in nodes[i + 2:]]
-    return rebuild(kernel, nodes, kernel.output, machine)
+
+    def swapped() -> tuple[list[Node], int]:
+        edit = list(nodes)
+        swap = {i: i + 1, i + 1: i}
+        edit[i], edit[i + 1] = nodes[i + 1], nodes[i]
+        edit = edit[:i + 2] + [remap(n, swap) for n in edit[i + 2:]]
+        return edit, kernel.output
+
+    return edited(kernel, machine, ("swap", i), swapped)
 
 
 def sibling_op(kernel: Kernel, rng: random.Random, machine) -> Kernel | None:
     """Replace an op by one of the same kind and parameters (add -> sub, exp -> tanh)."""
-    i = _pick(rng, kernel, where=lambda n: bool(siblings(n.op)))
+    i = _pick(rng, kernel, where=_has_siblings)
     if i is None:
         return None
-    nodes = list(kernel.nodes)
+    nodes = kernel.nodes
     new = rng.choice(siblings(nodes[i].op))
-    attrs = tuple((p.name, dict(nodes[i].attrs)[p.name]) for p in OPS[new].static_params
-                  if p.name in dict(nodes[i].attrs))
-    nodes[i] = replace(nodes[i], op=new, attrs=attrs)
-    return rebuild(kernel, nodes, kernel.output, machine)
+
+    def replaced() -> tuple[list[Node], int]:
+        edit = list(nodes)
+        attrs = tuple((p.name, dict(nodes[i].attrs)[p.name]) for p in OPS[new].static_params
+                      if p.name in dict(nodes[i].attrs))
+        edit[i] = nodes[i].replaced(op=new, attrs=attrs)
+        return edit, kernel.output
+
+    return edited(kernel, machine, ("sibling", i, new), replaced)
+
+
+def _has_siblings(n: Node) -> bool:
+    return bool(siblings(n.op))
 
 
 def delete_op(kernel: Kernel, rng: random.Random, machine) -> Kernel | None:
     """Bypass an op: its readers read its first tensor operand instead."""
-    i = _pick(rng, kernel, where=lambda n: bool(n.inputs) and n.op != "store")
+    i = _pick(rng, kernel, where=_bypassable)
     if i is None:
         return None
-    nodes = replace_uses(list(kernel.nodes), i, kernel.nodes[i].inputs[0])
-    return rebuild(kernel, nodes, kernel.output, machine)
+    return edited(kernel, machine, ("delete", i), lambda: (
+        replace_uses(list(kernel.nodes), i, kernel.nodes[i].inputs[0]), kernel.output))
+
+
+def _bypassable(n: Node) -> bool:
+    return bool(n.inputs) and n.op != "store"
 
 
 def duplicate_op(kernel: Kernel, rng: random.Random, machine) -> Kernel | None:
     """Copy an op just before one of its readers, which then reads the copy."""
-    readers = kernel.users()
-    i = _pick(rng, kernel, where=lambda n: n.op != "store")
+    readers = _sites(kernel, "readers", kernel.users)
+    i = _pick(rng, kernel, where=_not_store)
     if i is None or not readers[i]:
         return None
     r = rng.choice(readers[i])
-    nodes = insert(list(kernel.nodes), r, kernel.nodes[i])
-    nodes[r + 1] = replace(nodes[r + 1], args=tuple(r if a == i else a
-                                                     for a in nodes[r + 1].args))
-    return rebuild(kernel, nodes, shifted(kernel.output, r), machine)
+
+    def duplicated() -> tuple[list[Node], int]:
+        nodes = insert(list(kernel.nodes), r, kernel.nodes[i])
+        nodes[r + 1] = nodes[r + 1].replaced(args=tuple(r if a == i else a
+                                                        for a in nodes[r + 1].args))
+        return nodes, shifted(kernel.output, r)
+
+    return edited(kernel, machine, ("duplicate", i, r), duplicated)
+
+
+def _not_store(n: Node) -> bool:
+    return n.op != "store"
 
 
 # The moves and how often each is drawn (STOKE's weighted transforms): data, not code.

@@ -1,6 +1,7 @@
 """The list scheduler, memory over time, the profile and the run command's views of it."""
 
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -83,6 +84,37 @@ def test_a_load_waits_for_memory_to_be_freed():
     o = ops_by_name(p)
     assert o["xc"].start >= o["ra"].end
     assert p.peak_local_bytes <= SMALL.pe_local_bytes
+
+
+def fits_from(held: list[list], t: int, nbytes: int, capacity: int) -> int | None:
+    """The definition _Memory.earliest_fit computes: the earliest of t and the releases
+    after it from which nbytes more fit at every later moment, given (start, release or
+    None, bytes) of what is held."""
+    events = sorted({h[0] for h in held} | {h[1] for h in held if h[1] is not None})
+    for at in [t] + sorted({h[1] for h in held if h[1] is not None and h[1] > t}):
+        moments = [at] + [e for e in events if e > at]
+        if all(sum(b for start, release, b in held
+                   if start <= y and (release is None or y < release)) + nbytes <= capacity
+               for y in moments):
+            return at
+    return None
+
+
+def test_memory_fits_a_value_from_the_first_moment_every_later_one_has_room():
+    from stochopt.backend.cost import _Memory
+    rng = random.Random(0)
+    for _ in range(400):
+        capacity = rng.randint(40, 160)
+        memory = _Memory(capacity)
+        for node in range(rng.randint(1, 10)):
+            start = rng.randint(0, 12)  # few times: many events share one
+            memory.hold(node, start, rng.randint(1, 40))
+            if rng.random() < 0.7:
+                memory.release(node, start + rng.randint(0, 8))
+        t, nbytes = rng.randint(0, 20), rng.randint(1, 60)
+        held = [list(h) for h in memory.held.values()]
+        assert memory.earliest_fit(t, nbytes, rng.randint(0, t)) == \
+            fits_from(held, t, nbytes, capacity)
 
 
 def test_out_of_memory_names_the_op_the_level_and_the_bytes():

@@ -48,6 +48,15 @@ def test_a_rebuilt_or_copied_kernel_has_the_same_terms():
     assert pickle.loads(pickle.dumps(a.terms[a.output])) is a.terms[a.output]
 
 
+def test_a_copied_or_pickled_kernel_leaves_the_memo_of_this_process_behind():
+    a = kernel()
+    a.memo["fact"] = object()  # what a cache derived from this kernel object
+    for other in (copy.copy(a), copy.deepcopy(a), pickle.loads(pickle.dumps(a))):
+        assert other == a and other.terms == a.terms and other.spec_path == a.spec_path
+        assert [n.name for n in other.nodes] == [n.name for n in a.nodes]
+        assert other.memo == {}
+
+
 def test_literals_that_python_calls_equal_are_different_terms():
     text = """
 def k(x: "f32[8] @ dram") -> "f32[8] @ dram":
@@ -115,9 +124,35 @@ def test_value_graph_ids_are_the_same_in_another_process():
     assert out == value_graph_id(kernel().native_key)
 
 
+def rule_types(nodes, output) -> list | str:
+    """Every node's type from the op table's type rules alone (no term, type or refusal
+    cache), or the message of the first rule that refuses: what build must agree with."""
+    from stochopt.errors import StochoptError
+    from stochopt.leir.ir import RETURN_RULE, infer
+    from stochopt.leir.rules import Const
+
+    types: list = []
+    try:
+        for n in nodes:
+            if n.op == "input":
+                types.append(n.type)
+                continue
+            ins = [a if isinstance(a, Const) else types[a] for a in n.args]
+            names = [str(a) if isinstance(a, Const) else (nodes[a].name or f"%{a}")
+                     for a in n.args]
+            types.append(infer(n.op, ins, dict(n.attrs), MNCORE2, names))
+    except StochoptError as e:
+        return e.message
+    last = nodes[output]
+    stored = last.op == "store" or (last.op == "concat" and types[output].location == "dram")
+    return types if stored else RETURN_RULE
+
+
 def test_an_edit_is_retyped_from_its_first_changed_node_as_from_scratch(monkeypatch):
     """build(edited=...) keeps the unchanged prefix's types and terms; the kernel it
-    gives, and the refusals it raises, are those of a build from scratch."""
+    gives, and the refusals it raises, are those of a build from scratch, and the types
+    and refusals are the type rules' own (whatever the caches of terms, types and
+    refusals already held)."""
     import random
 
     import stochopt.transform.edit as edit_module
@@ -140,12 +175,14 @@ def test_an_edit_is_retyped_from_its_first_changed_node_as_from_scratch(monkeypa
         return build(name, nodes, output, machine, spec_path, edited)
 
     monkeypatch.setattr(edit_module, "build", capture)
-    compared = refused = 0
+    compared = refused = refused_by_rules = 0
     for spec in ("softmax", "attention_decode"):
         current = lower(load_spec(f"specs/{spec}.py"), MNCORE2)
         rng = random.Random(7)
         for _ in range(150):
             edits.clear()
+            edit_module._forget_edits()  # build every edit (tests/transform/test_edit.py
+            #                              checks the kernels edits remember)
             got = outcome(MOVES[rng.choice(sorted(MOVES))], current, rng, MNCORE2)
             if not edits:
                 continue  # the move did not apply
@@ -155,13 +192,18 @@ def test_an_edit_is_retyped_from_its_first_changed_node_as_from_scratch(monkeypa
             fresh = [Node(n.op, n.args, n.attrs, n.type, n.name, n.line) for n in nodes]
             scratch = outcome(build, current.name, fresh, output, MNCORE2,
                               current.spec_path)
+            by_rules = rule_types(fresh, output)
             if isinstance(scratch, str):
                 assert got == scratch
+                if isinstance(by_rules, str):  # else build's own check refused it
+                    assert by_rules in got
+                    refused_by_rules += 1
                 refused += 1
                 continue
             assert got == scratch and got.terms == scratch.terms
             assert [n.type for n in got.nodes] == [n.type for n in scratch.nodes]
+            assert [n.type for n in got.nodes] == rule_types(list(got.nodes), got.output)
             compared += 1
             if got.output_type.shape == current.output_type.shape:
                 current = got
-    assert compared > 50 and refused > 10
+    assert compared > 50 and refused > 10 and refused_by_rules > 5
