@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import islice
 from pathlib import Path
 
 import hypothesis
@@ -405,18 +406,15 @@ def _check(cmp, examples, seed, extra_inputs, structured, cuts, start) -> Verdic
         bad = cmp.run(inputs)
         if bad is not None:
             return verdict(Counterexample(bad, inputs, recipes, found_by=kind))
-    done = len(fixed)
     if coverage is not None:
-        before = cmp.count
         found = directed_inputs(cmp, coverage, spec, seed, examples)
         if found is not None:
             bad, inputs, how = found
             return verdict(Counterexample(bad, inputs, found_by=how))
-        done += cmp.count - before
-    draws, targeted, steps = _plan(examples, done, structured)
+    # the inputs run so far: a family case equal to an earlier case runs (and counts) once
+    draws, targeted, steps = _plan(examples, cmp.count, structured)
     if draws > 0 or targeted > 0:
-        found = draw_and_target(cmp, cmp.context, draws,
-                                min(targeted, examples - steps - cmp.count), seed, cuts)
+        found = draw_and_target(cmp, cmp.context, draws, targeted, seed, cuts, examples)
         if found is not None:
             bad, inputs, recipes, kind = found
             return verdict(Counterexample(bad, inputs, recipes, found_by=kind))
@@ -444,7 +442,9 @@ def shared_inputs(context: CheckContext, examples: int, seed: int) -> Iterator[B
     fixed = _fixed_inputs(context, True, None, cuts, seed, examples)[:examples]
     yield from (inputs for _, inputs, _ in fixed)
     draws, _, _ = _plan(examples, len(fixed), True)
-    for recipes in context.drawn(seed, draws) if draws > 0 else ():
+    # the pool draw_and_target takes its draws from, in its order
+    pool = context.drawn(seed, max(examples, draws)) if draws > 0 else iter(())
+    for recipes in islice(pool, draws):
         yield context.recipe_inputs(recipes, cuts)
 
 

@@ -29,7 +29,12 @@ def climb(comparison, spec: Spec, start: dict[str, np.ndarray], steps: int, seed
         return None
     rng = np.random.default_rng(seed + 7)
     current, score = start, comparison.best_score
-    for _ in range(steps):
+    # `steps` new inputs: a move can give an input already run (a row set to what it
+    # held), which the comparison does not run or count again
+    end = comparison.count + steps
+    for _ in range(4 * steps):
+        if comparison.count >= end:
+            break
         name = floats[rng.integers(len(floats))]
         trial = dict(current)
         trial[name] = _move(spec, name, current[name], rng, cuts.get(name))

@@ -37,13 +37,21 @@ FIELDS = ("seed", "seed", "pattern", "fraction", "link")  # what a targeted step
 
 
 def draw_and_target(comparison, context: CheckContext, draws: int, steps: int, seed: int,
-                    cuts) -> tuple | None:
-    """Run the run's drawn recipes for ``seed`` (``draws`` of them at most), then
-    ``steps`` targeted ones; (mismatch, inputs, recipes, found_by) for the first failure,
-    shrunk, or None. ``comparison`` is check's _Comparison."""
+                    cuts, pool: int) -> tuple | None:
+    """Run ``draws`` of the run's drawn recipes for ``seed`` (taken in order from the
+    ``pool`` the run draws, skipping any that made an input already run, such as a
+    structured or family case), then ``steps`` targeted ones; (mismatch, inputs,
+    recipes, found_by) for the first failure, shrunk, or None. ``comparison`` is check's
+    _Comparison."""
     spec = context.spec
-    for recipes in context.drawn(seed, draws) if draws > 0 else []:
+    ran = 0
+    for recipes in context.drawn(seed, max(pool, draws)) if draws > 0 else []:
+        if ran >= draws:
+            break
         inputs = context.recipe_inputs(recipes, cuts)
+        if comparison.has_run(inputs.key):
+            continue
+        ran += 1
         bad = comparison.run(inputs)
         if bad is not None:
             return (*shrink(comparison, context, recipes, inputs, bad, cuts), "draw")
