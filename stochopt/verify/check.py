@@ -414,7 +414,9 @@ def _check(cmp, examples, seed, extra_inputs, structured, cuts, start) -> Verdic
     # the inputs run so far: a family case equal to an earlier case runs (and counts) once
     draws, targeted, steps = _plan(examples, cmp.count, structured)
     if draws > 0 or targeted > 0:
-        found = draw_and_target(cmp, cmp.context, draws, targeted, seed, cuts, examples)
+        found = draw_and_target(cmp, cmp.context, draws,
+                                min(targeted, examples - steps - cmp.count), seed, cuts,
+                                examples)
         if found is not None:
             bad, inputs, recipes, kind = found
             return verdict(Counterexample(bad, inputs, recipes, found_by=kind))
@@ -444,7 +446,7 @@ def shared_inputs(context: CheckContext, examples: int, seed: int) -> Iterator[B
     draws, _, _ = _plan(examples, len(fixed), True)
     # the pool draw_and_target takes its draws from, in its order
     pool = context.drawn(seed, max(examples, draws)) if draws > 0 else iter(())
-    for recipes in islice(pool, draws):
+    for recipes in islice(pool, max(draws, 0)):
         yield context.recipe_inputs(recipes, cuts)
 
 

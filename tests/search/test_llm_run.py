@@ -63,7 +63,8 @@ def test_max_cost_ends_a_mixed_run_cleanly(tmp_path):
     assert result.stopped_by == "max_cost"
     assert result.cost_usd >= 0.01 and result.elapsed_s < 60
     events = read_events(run_dir / "events.jsonl")
-    assert {"mutate", "rewrite", "llm"} >= {e["proposer"] for e in events} >= {"llm"}
+    assert {"mutate", "rewrite", "compound", "lookahead", "llm"} >= \
+        {e["proposer"] for e in events} >= {"llm"}
 
 
 @pytest.mark.slow  # a whole search run against a fake endpoint

@@ -19,6 +19,7 @@ from stochopt.verify.bank import (
     memory_budgets,
     recipe_key,
 )
+from stochopt.verify.check import shared_inputs
 from stochopt.verify.hunting import HUNT_PATTERNS
 from stochopt.verify.strategies import (
     BOOL_PATTERNS,
@@ -236,3 +237,13 @@ def test_recipe_keys_name_the_cuts_they_were_built_with():
     a = {"x": Recipe("two_clusters", 1)}
     assert recipe_key(a, {"x": ((0, 3),)}) != recipe_key(a, {"x": ((0, 1, 2, 3),)})
     assert recipe_key(a, {}) != recipe_key({"x": Recipe("two_clusters", 2)}, {})
+
+
+def test_a_check_worker_warms_up_for_fewer_examples_than_the_fixed_cases(masked):
+    """A run with few examples (fewer than its structured, hunting and family cases)
+    prepares just those: no draws, and no error (the check worker died of one)."""
+    spec, baseline, _ = masked
+    context = CheckContext(spec, baseline)
+    assert len(list(shared_inputs(context, 5, 0))) == 5
+    verdict = check(baseline, spec, examples=5, baseline=baseline, context=context)
+    assert verdict.equivalent and verdict.examples == 5
