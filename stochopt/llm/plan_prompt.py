@@ -23,6 +23,7 @@ from stochopt.llm.forms import MAX_PLAN_STEPS
 from stochopt.llm.prompt import Prompt, PromptBuilder, fill, profile_text
 from stochopt.llm.variants import FOCI
 from stochopt.transform.plan import RULES_BY_NAME, Entry, menu, render_menu
+from stochopt.tuning.memory import plan_examples_text
 
 PLAN_SHARE = 1 / 8      # of the model's context a plan prompt may take (speed, not room)
 MENU_SECONDS = 5.0      # estimating the menu's cycles stops here (the rest unestimated)
@@ -111,6 +112,7 @@ class PlanPrompts:
             "menu": render_menu(entries, profile.cycles) if entries else
             "(no transform applies to this kernel)",
             "failures": plan_failures_text(failures[-level.failures:]),
+            "examples": plan_examples_text(b.examples, kernel),
             "focus": FOCI.get(focus, FOCI["open"]).replace("$bottleneck", bottleneck),
             "max_steps": MAX_PLAN_STEPS,
         })

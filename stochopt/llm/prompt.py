@@ -87,6 +87,8 @@ FIELDS = {
         "rules": "one line per transform on the menu, or empty",
         "menu": "the numbered transforms that apply now, with cycles after each",
         "failures": "plans tried before that did not beat the best",
+        "examples": "earlier runs' plans for kernels like this one (the tuning database), "
+                    "a line each, or empty",
         "focus": "what this request asks for (its variant's focus)",
         "max_steps": "the most steps a plan may have",
     },

@@ -70,18 +70,23 @@ def similarity(a: dict[str, int], b: dict[str, int]) -> float:
     return dot / norm if norm else 0.0
 
 
+def ranked(pool: list[dict], kernel: Kernel) -> list[dict]:
+    """The pairs most similar to ``kernel`` first (this spec's before others', the
+    larger speedup first), none whose fast kernel is the kernel itself."""
+    own = kernel_sha256(render(kernel))
+    ops = kernel_ops(kernel)
+    return sorted((p for p in pool if kernel_sha256(p["fast"]) != own),
+                  key=lambda p: (-similarity(ops, p["ops"]), not p["same_spec"],
+                                 p["fast_cycles"] / p["slow_cycles"]))
+
+
 def choose(pool: list[dict], kernel: Kernel, budget_chars: int,
            most: int = MOST_SHOWN) -> list[tuple[dict, bool]]:
     """The pairs a prompt about ``kernel`` shows: most similar first, none whose fast
     kernel is the kernel itself, as many as fit ``budget_chars`` (up to ``most``); each
     with whether its slow kernel fits too."""
-    own = kernel_sha256(render(kernel))
-    ops = kernel_ops(kernel)
-    ranked = sorted((p for p in pool if kernel_sha256(p["fast"]) != own),
-                    key=lambda p: (-similarity(ops, p["ops"]), not p["same_spec"],
-                                   p["fast_cycles"] / p["slow_cycles"]))
     chosen, left = [], budget_chars
-    for pair in ranked:
+    for pair in ranked(pool, kernel):
         if len(chosen) == most:
             break
         whole = len(format_pair(pair, 1, True))
@@ -94,16 +99,44 @@ def choose(pool: list[dict], kernel: Kernel, budget_chars: int,
     return chosen
 
 
+def plan_examples_text(pool: list[dict] | None, kernel: Kernel,
+                       most: int = MOST_SHOWN) -> str:
+    """The plan prompt's section of earlier runs' plans: a line each (where, how much
+    faster, the rules in order), most similar first; '' when no pair has a plan. A plan
+    prompt is short (small models read slowly), so it names rules, not kernels."""
+    lines = []
+    for pair in ranked(pool or [], kernel):
+        plan = _plan(pair)
+        if plan:
+            lines.append(f"- {_where(pair)}, {pair['slow_cycles']} -> {pair['fast_cycles']} "
+                         f"cycles ({pair['slow_cycles'] / pair['fast_cycles']:.2f}x): "
+                         + " -> ".join(step.rule for step in plan))
+        if len(lines) == most:
+            break
+    if not lines:
+        return ""
+    return ("\n# Plans from earlier runs\n\nThe rules, in order, that made kernels like "
+            "this one faster (the tuning database); menu entries of these rules are worth "
+            "trying:\n\n" + "\n".join(lines) + "\n")
+
+
+def _plan(pair: dict) -> list | None:
+    try:
+        return plan_from_json(pair["plan"]) if pair["plan"] is not None else None
+    except PlanError:
+        return None
+
+
+def _where(pair: dict) -> str:
+    return "this spec, an earlier run" if pair["same_spec"] else f"spec {pair['spec']}"
+
+
 def format_pair(pair: dict, number: int, with_slow: bool) -> str:
     """One example: where it comes from, its plan, its kernels."""
     speedup = pair["slow_cycles"] / pair["fast_cycles"]
-    which = "this spec, an earlier run" if pair["same_spec"] else f"spec {pair['spec']}"
-    lines = [f"## Example {number}: {which}, {pair['slow_cycles']} -> {pair['fast_cycles']} "
-             f"cycles ({speedup:.2f}x), from {pair['run_dir']}", ""]
-    try:
-        plan = plan_from_json(pair["plan"]) if pair["plan"] is not None else None
-    except PlanError:
-        plan = None
+    lines = [f"## Example {number}: {_where(pair)}, {pair['slow_cycles']} -> "
+             f"{pair['fast_cycles']} cycles ({speedup:.2f}x), from {pair['run_dir']}", ""]
+    plan = _plan(pair)
     if plan:
         lines += ["The rewrites that made it, in order:"]
         lines += [f"{i}. {step.describe()}" for i, step in enumerate(plan, 1)] + [""]

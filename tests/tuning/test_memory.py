@@ -8,7 +8,14 @@ from stochopt.leir.parser import parse
 from stochopt.leir.render import render
 from stochopt.llm.prompt import LEVELS, PromptBuilder, load_templates
 from stochopt.tuning.fingerprints import machine_print, spec_print
-from stochopt.tuning.memory import choose, example_pool, examples_text, kernel_ops, similarity
+from stochopt.tuning.memory import (
+    choose,
+    example_pool,
+    examples_text,
+    kernel_ops,
+    plan_examples_text,
+    similarity,
+)
 from stochopt.tuning.store import kernel_body
 
 from .conftest import SMALL, remember, softmax_at
@@ -96,3 +103,24 @@ def test_similarity_is_the_cosine_of_op_counts():
     assert similarity({"exp": 1}, {"matmul": 1}) == 0.0
     assert 0 < similarity({"exp": 1, "matmul": 1}, {"exp": 1}) < 1
     assert similarity({}, {"exp": 1}) == 0.0
+
+
+def test_a_plan_prompt_names_the_rules_of_earlier_runs_plans(pool):
+    """Plan prompts are short (small models read slowly): a line per earlier plan, the
+    rules in order, most similar first; none when no pair has a plan."""
+    from stochopt.llm.plan_prompt import PlanPrompts
+    from stochopt.transform.plan import plan_from_json
+
+    spec, baseline, _, _ = softmax_at(32, 512)
+    text = plan_examples_text(pool, baseline)
+    lines = [line for line in text.splitlines() if line.startswith("- spec softmax")]
+    assert "# Plans from earlier runs" in text and len(lines) == 2
+    for pair, line in zip(choose(pool, baseline, 10**6), lines, strict=True):
+        rules = [step.rule for step in plan_from_json(pair[0]["plan"])]
+        assert line.endswith(": " + " -> ".join(rules))
+        assert f"{pair[0]['slow_cycles']} -> {pair[0]['fast_cycles']} cycles" in line
+    assert plan_examples_text([{**p, "plan": None} for p in pool], baseline) == ""
+    assert plan_examples_text([], baseline) == ""
+    builder = PromptBuilder(load_templates(), spec, SMALL, baseline, examples=pool)
+    prompt = PlanPrompts(builder).build(baseline, [], 10**6, lambda m: 0)
+    assert text.strip() in prompt.messages[1]["content"]

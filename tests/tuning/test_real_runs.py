@@ -232,7 +232,8 @@ def test_the_llms_prompt_shows_the_examples_the_database_gave_the_run(tmp_path):
     with LLMServer(default=reply(NO_CODE)) as server:
         optimize(SOFTMAX, proposer="llm", chains=1, budget="60s", max_proposals=1,
                  run_dir=str(run_dir), config=QUICK, db=db,
-                 llm={"model": "local", "base_url": server.url, "concurrency": 1})
+                 llm={"model": "local", "base_url": server.url, "concurrency": 1,
+                      "forms": ["kernel"]})   # plan prompts name rules only (test_memory)
         prompt = server.requests[0]["body"]["messages"][1]["content"]
     assert "# Examples from earlier runs" in prompt
     assert "spec softmax, " in prompt and "runs/softmax-64x2048" in prompt
