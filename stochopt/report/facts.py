@@ -32,14 +32,17 @@ from stochopt.rundir import (
     EVENTS_JSONL,
     LLM_TRANSCRIPTS,
     OUTCOMES,
+    PROOF_LOWERING,
+    PROOF_PENDING,
+    PROOF_UNFINISHED,
     RUN_JSON,
     SPEC_PY,
+    TAKEN,
 )
 from stochopt.tuning.runs import start_line
 
 RUNNING_WITHIN_S = 15.0   # a run whose files changed this recently is still going
 TIMELINE_BINS = 30        # bins of the acceptance-over-time series
-TAKEN = ("accepted", "best")  # outcomes where the chain moved to the candidate
 
 
 def run_facts(run_dir: str | Path, now: float | None = None) -> dict:
@@ -166,7 +169,7 @@ def headline(f: dict) -> list[tuple[str, str]]:
         verified += f"; re-checked, seed {v['recheck_seed']})" if v.get("recheck_seed") \
             is not None else "; the final re-check did not finish)" if v.get(
                 "recheck_unfinished") else ")"
-    elif f.get("proof") == "lowering":
+    elif f.get("proof") == PROOF_LOWERING:
         verified += " (the baseline: the spec's own lowering, which every check compares " \
                     "against)"
     elif f.get("proof"):
@@ -430,13 +433,14 @@ def _verification(best_text: str, best_json: dict, notes: list[str],
                      "after the run wrote it, so it is not verified")
         return {"verified": False, "verification": None}
     cert = best_json.get("certificate") or {}
-    if best_json.get("proof") == "lowering" and best_json.get("verdict") is None:
+    if best_json.get("proof") == PROOF_LOWERING and best_json.get("verdict") is None:
         # the spec's own lowering: the baseline every check compares against
-        return {"verified": True, "verification": None, "proof": "lowering"}
+        return {"verified": True, "verification": None, "proof": PROOF_LOWERING}
     if best_json.get("proof") and best_json.get("verdict") is None:
         # the starting kernel, whose own full check runs beside the search (or was cut)
         return {"verified": False, "verification": None, "proof": {
-            "pending": "is still running", "unfinished": "did not finish within the budget"
+            PROOF_PENDING: "is still running",
+            PROOF_UNFINISHED: "did not finish within the budget"
         }.get(best_json["proof"], best_json["proof"])}
     if not best_json:
         notes.append("best.json is missing or unreadable: the check details of best.leir "

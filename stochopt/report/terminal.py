@@ -27,6 +27,7 @@ from stochopt.report.llm_facts import (
     yield_tables,
 )
 from stochopt.report.words import plural
+from stochopt.rundir import ACCEPTED, BEST, INVALID, PARSE_ERROR, REJECTED, UNPROVED, WRONG
 
 
 def profile_table(profile: Profile, kernel=None, title: str = "profile") -> Table:
@@ -98,9 +99,8 @@ def array_stats(x: np.ndarray) -> dict:
 # ---------------------------------------------------------------------------------
 
 RESOURCE_STYLES = {"dma": "cyan", "tree": "yellow", "vector": "magenta", "matrix": "green"}
-OUTCOME_STYLES = {"parse_error": "bright_black", "invalid": "yellow", "wrong": "red",
-                  "rejected": "blue", "accepted": "cyan", "unproved": "magenta",
-                  "best": "bold green"}
+OUTCOME_STYLES = {PARSE_ERROR: "bright_black", INVALID: "yellow", WRONG: "red",
+                  REJECTED: "blue", ACCEPTED: "cyan", UNPROVED: "magenta", BEST: "bold green"}
 _EIGHTHS = " ▁▂▃▄▅▆▇█"
 
 

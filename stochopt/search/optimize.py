@@ -20,8 +20,14 @@ from stochopt.rundir import (
     BEST_LEIR,
     CHECKPOINT_JSON,
     COUNTEREXAMPLES,
+    PROOF_LOWERING,
+    PROOF_PENDING,
     RUN_JSON,
+    SOURCE_SEARCH,
+    SOURCE_START,
     SPEC_PY,
+    START_INIT,
+    START_LOWERING,
     UNPROVED_LEIR,
     atomic_write,
     copy_spec,
@@ -30,7 +36,6 @@ from stochopt.rundir import (
     write_json,
 )
 from stochopt.search.chain import ChainConfig, check_search_config
-from stochopt.search.checks import LOWERING
 from stochopt.search.driver import RunResult, load_checkpoint, save_checkpoint
 from stochopt.search.proposers import check_proposer
 from stochopt.search.supervisor import supervise
@@ -43,7 +48,6 @@ from stochopt.verify.check import certificate, check
 from stochopt.verify.screening import ScreeningSet
 
 MAX_RAY_CHAINS = 1024  # chains on a cluster (64 on one machine)
-INIT = "init"  # best.json's plan_start when the run started from an --init kernel
 
 
 def optimize(spec_path: str | None = None, *, budget: str | float = "10m",
@@ -163,21 +167,21 @@ def _setup(rd: Path, run: dict, spec, m, started: float) -> tuple[dict, str, str
         # candidates against. Checking it against itself would prove nothing about the
         # search and, on a large spec, take the first seconds of a short run's one check
         # worker (or the chain's path) away from the faster kernels the run finds.
-        _write_best(rd, start, spec, None, m, "start", proof=LOWERING, plan=[],
-                    plan_start=LOWERING)
+        _write_best(rd, start, spec, None, m, SOURCE_START, proof=PROOF_LOWERING, plan=[],
+                    plan_start=START_LOWERING)
     elif warm is not None:  # proved by the run that found it (or checked again just now)
-        _write_best(rd, start, spec, warm[1], m, "start", plan=[], plan_start=INIT)
+        _write_best(rd, start, spec, warm[1], m, SOURCE_START, plan=[], plan_start=START_INIT)
     elif run["check_workers"] == 0:
         deadline = time.monotonic() + run["budget_s"] - (time.time() - started)
         verdict = check(start, spec, machine=m, baseline=baseline, seed=run["seed"],
                         deadline=deadline)
         if not verdict.equivalent and not verdict.interrupted:
             _fail_start(verdict.counterexample.describe(), bool(run["init"]), spec.name)
-        _write_best(rd, start, spec, None if verdict.interrupted else verdict, m, "start",
-                    plan=[], plan_start=INIT)
+        _write_best(rd, start, spec, None if verdict.interrupted else verdict, m, SOURCE_START,
+                    plan=[], plan_start=START_INIT)
     else:
-        _write_best(rd, start, spec, None, m, "start", plan=[],  # proved by the pool, soon
-                    plan_start=INIT)
+        _write_best(rd, start, spec, None, m, SOURCE_START, plan=[],  # proved by the pool, soon
+                    plan_start=START_INIT)
     write_json(rd / RUN_JSON, run)
     state = {"elapsed_s": round(time.time() - started, 3), "proposals": 0, "chains": [],
              "finished": False, "best_cycles": cost(start, m).cycles, "tokens": 0,
@@ -246,16 +250,16 @@ def _versions() -> dict:
 
 def _write_best(rd: Path, kernel, spec, verdict, machine, source: str, t: float = 0.0,
                 chain: int | None = None, recheck: dict | None = None,
-                proof: str = "pending", plan: list | None = None,
+                proof: str = PROOF_PENDING, plan: list | None = None,
                 plan_start: str | None = None) -> None:
     """best.json first, then best.leir: the kernel file is the commit point. A verdict of
     None marks the starting kernel: ``proof: pending`` while its own full check runs, or
     ``proof: lowering`` when it is the spec's lowering, which needs none. ``plan`` is the
     kernel's plan (plan_to_json; None: unknown) from the run's start, which
-    ``plan_start`` names: "lowering" or "init" (by default what best.json said)."""
+    ``plan_start`` names: START_LOWERING or START_INIT (by default what best.json said)."""
     if plan_start is None:
-        plan_start = read_json(rd / BEST_JSON).get("plan_start", LOWERING) \
-            if (rd / BEST_JSON).is_file() else LOWERING
+        plan_start = read_json(rd / BEST_JSON).get("plan_start", START_LOWERING) \
+            if (rd / BEST_JSON).is_file() else START_LOWERING
     profile = cost(kernel, machine)
     facts = {"cycles": profile.cycles, "source": source, "t": t, "chain": chain,
              "plan": plan, "plan_start": plan_start, "profile": profile.to_json()}
@@ -327,7 +331,7 @@ def recheck_best(rd: Path, spec, machine, seed: int, baseline_text: str,
     baseline), so that best.leir keeps its promise; the returned note says so.
     ``deadline`` (time.monotonic) bounds it: a re-check cut short is recorded as such."""
     best = read_json(rd / BEST_JSON)
-    if best.get("source") == "start" or "recheck" in best:
+    if best.get("source") == SOURCE_START or "recheck" in best:
         return None
     baseline = parse(baseline_text, machine)
     seed = seed + 104729
@@ -356,15 +360,16 @@ def recheck_best(rd: Path, spec, machine, seed: int, baseline_text: str,
         kernel = parse(entry["text"], machine)
         again = recheck(kernel)
         if again.equivalent:
-            _write_best(rd, kernel, spec, entry["verdict"], machine, "search", entry["t"],
+            _write_best(rd, kernel, spec, entry["verdict"], machine, SOURCE_SEARCH, entry["t"],
                         entry["chain"], recheck=again.to_json(), plan=entry.get("plan"))
             return f"{failed}; best.leir holds the fastest earlier best that passes it " \
                    f"({entry['cycles']} cycles)"
     base_verdict = check(baseline, spec, machine=machine, baseline=baseline, seed=seed,
                          deadline=deadline)
-    from_lowering = best.get("plan_start", LOWERING) == LOWERING  # the baseline: its start
+    # the baseline: its start
+    from_lowering = best.get("plan_start", START_LOWERING) == START_LOWERING
     _write_best(rd, baseline, spec, None if base_verdict.interrupted else base_verdict,
-                machine, source="start", plan=[] if from_lowering else None)
+                machine, source=SOURCE_START, plan=[] if from_lowering else None)
     return f"{failed}; no earlier best passes it, so best.leir is back to the baseline"
 
 

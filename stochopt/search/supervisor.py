@@ -22,17 +22,25 @@ from stochopt.errors import StochoptError
 from stochopt.leir.parser import parse
 from stochopt.llm.yields import read_transcripts, yield_table
 from stochopt.rundir import (
+    ACCEPTED,
+    BEST,
     BEST_JSON,
     BEST_LEIR,
     EVENTS_JSONL,
     LLM_TRANSCRIPTS,
+    PROOF_LOWERING,
+    PROOF_UNFINISHED,
     RUN_JSON,
+    SOURCE_SEARCH,
+    SOURCE_START,
     SPEC_PY,
+    UNPROVED,
+    WRONG,
     read_json,
     write_json,
 )
 from stochopt.search.chain import ChainConfig
-from stochopt.search.checks import LOWERING, START, CheckerJob, CheckPool, Pending
+from stochopt.search.checks import START, CheckerJob, CheckPool, Pending
 from stochopt.search.driver import Job, RunResult, save_checkpoint
 from stochopt.search.event_log import BoundedEventLog
 from stochopt.search.executor import make_executor
@@ -184,7 +192,7 @@ class _RunState:
         self.pool: CheckPool | None = None
         self.executor = None   # where the chains run (stochopt/search/executor.py)
         best = read_json(rd / BEST_JSON)
-        proved = best.get("verdict") is not None or best.get("proof") == LOWERING
+        proved = best.get("verdict") is not None or best.get("proof") == PROOF_LOWERING
         self.proved_cycles: float = best["cycles"] if proved else math.inf
         self.proved_text = (rd / BEST_LEIR).read_text()
         # the best's plan from the run's start (None: unknown, or a run directory older
@@ -222,7 +230,7 @@ class _RunState:
             return
         self.pool.make_way()
         for moot in self.pool.dispatch(self.proved_cycles):
-            self._settle(moot, "accepted", "a faster kernel was proved before its check")
+            self._settle(moot, ACCEPTED, "a faster kernel was proved before its check")
         undecided = self.pool.undecided()
         self.stats.checking = len(undecided)
         self.stats.fastest_found = undecided[0].cycles if undecided else None
@@ -285,11 +293,11 @@ class _RunState:
         if pending.cycles >= min(self.proved_cycles,
                                  fastest.cycles if fastest else math.inf):
             # another chain got there first: the chain moved to it, nothing more
-            self._settle(pending, "accepted", "a kernel as fast was already found")
+            self._settle(pending, ACCEPTED, "a kernel as fast was already found")
             return
         facts = self.proofs.earlier(parse(pending.text, self.machine))
         if facts is not None:  # the same values as a kernel proved before: no new check
-            pending.event.update(outcome="best", proved_earlier=facts["value_graph"])
+            pending.event.update(outcome=BEST, proved_earlier=facts["value_graph"])
             pending.event.pop("check", None)
             self._log(pending.event)
             self._proved(pending.text, pending.cycles, facts, pending.chain, pending.t,
@@ -307,7 +315,7 @@ class _RunState:
         if check_id == START:
             self._start_verdict(pending, facts, interrupted)
         elif facts["equivalent"]:
-            pending.event["outcome"] = "best"
+            pending.event["outcome"] = BEST
             self._log(pending.event)
             facts = self.proofs.record(parse(pending.text, self.machine), facts)
             self._proved(pending.text, pending.cycles, facts, pending.chain, pending.t,
@@ -315,7 +323,7 @@ class _RunState:
         elif interrupted:
             self._cut(pending)
         else:
-            self._settle(pending, "wrong", facts.get("description"), counterexample=True)
+            self._settle(pending, WRONG, facts.get("description"), counterexample=True)
             self.executor.send(pending.chain, ("refuted", path))
         self._announce()
 
@@ -323,8 +331,8 @@ class _RunState:
         from stochopt.search.optimize import _write_best
         if interrupted:
             best = read_json(self.rd / BEST_JSON)
-            if best.get("source") == "start":
-                write_json(self.rd / BEST_JSON, {**best, "proof": "unfinished"})
+            if best.get("source") == SOURCE_START:
+                write_json(self.rd / BEST_JSON, {**best, "proof": PROOF_UNFINISHED})
         elif not facts["equivalent"]:
             self.fatal = (f"the starting kernel is not equivalent to spec {self.spec.name}: "
                           f"{facts.get('description')}",
@@ -332,7 +340,7 @@ class _RunState:
                           else "this is a lowering bug: please report it")
         elif self.proved_cycles == math.inf:
             _write_best(self.rd, parse(pending.text, self.machine), self.spec, facts,
-                        self.machine, "start", plan=[])
+                        self.machine, SOURCE_START, plan=[])
             self.proved_cycles = pending.cycles
             self.tuning.best(self.rd)
 
@@ -343,7 +351,7 @@ class _RunState:
             return
         t = self.stats.elapsed() if t is None else t
         _write_best(self.rd, parse(text, self.machine), self.spec, facts, self.machine,
-                    "search", t, chain, plan=plan)
+                    SOURCE_SEARCH, t, chain, plan=plan)
         self.tuning.best(self.rd)
         self.proved_cycles, self.proved_text, self.proved_plan = cycles, text, plan
         self.stats.best_cycles = cycles
@@ -366,7 +374,7 @@ class _RunState:
              "the run ended") -> None:
         self.unproved.append({"cycles": pending.cycles, "text": pending.text,
                               "chain": pending.chain, "t": pending.t, "why": why})
-        self._settle(pending, "unproved", why)
+        self._settle(pending, UNPROVED, why)
 
     # -- the end ----------------------------------------------------------------------
     def checkpoint(self, finished: bool, pending: list[Pending] | None = None,
@@ -396,7 +404,7 @@ class _RunState:
             if pending.check_id == START:
                 self._start_verdict(pending, {}, True)
             elif pending.cycles >= self.proved_cycles:
-                self._settle(pending, "accepted", "a faster kernel was proved before its "
+                self._settle(pending, ACCEPTED, "a faster kernel was proved before its "
                              "check")
             elif not interrupted:  # an interrupted run keeps them for --resume
                 self._cut(pending, "the run ended before its full check finished")
@@ -425,7 +433,7 @@ class _RunState:
         record = None
         if found is not None and found["cycles"] < best["cycles"]:
             record = write_unproved(self.rd, found, best["cycles"])
-        lowering = best.get("proof") == LOWERING
+        lowering = best.get("proof") == PROOF_LOWERING
         if best.get("proof") is not None and not lowering:
             self.stats.notes.append("the starting kernel's own full check did not finish "
                                     "within the budget: best.leir is unproved")
