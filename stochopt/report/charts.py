@@ -12,8 +12,7 @@ import io
 import re
 from contextlib import contextmanager
 
-from stochopt.report.facts import format_share
-from stochopt.report.words import plural
+from stochopt.report.words import format_share, plural
 from stochopt.rundir import ACCEPTED, BEST, INVALID, PARSE_ERROR, REJECTED, UNPROVED, WRONG
 
 OUTCOME_COLORS = {PARSE_ERROR: "#9e9e9e", INVALID: "#f2a541", WRONG: "#d64545",

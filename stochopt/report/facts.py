@@ -16,12 +16,18 @@ import time
 from array import array
 from pathlib import Path
 
-from stochopt.durations import format_duration
 from stochopt.errors import StochoptError
+from stochopt.machine import run_machine
 from stochopt.report.credit import PathCredit
 from stochopt.report.history import history_facts
 from stochopt.report.llm_facts import llm_facts, llm_headline
-from stochopt.report.words import plural
+from stochopt.report.words import (
+    format_seconds,
+    format_share,
+    format_speedup,
+    format_usd,
+    plural,
+)
 from stochopt.rundir import (
     AGGREGATE,
     BASELINE_LEIR,
@@ -138,26 +144,6 @@ def run_facts(run_dir: str | Path, now: float | None = None) -> dict:
         for counts in [facts["outcomes"]] + [p["outcomes"] for p in proposers.values()]:
             counts.pop("unproved", None)
     return facts
-
-
-# ---------------------------------------------------------------------------------
-# numbers as every form prints them (tests compare the forms through these)
-# ---------------------------------------------------------------------------------
-
-def format_speedup(x: float) -> str:
-    return f"{x:.2f}x"
-
-
-def format_share(x: float) -> str:
-    return f"{100 * x:.1f}%"
-
-
-def format_usd(x: float) -> str:
-    return f"${x:.4f}"
-
-
-def format_seconds(x: float) -> str:
-    return format_duration(x)
 
 
 def headline(f: dict) -> list[tuple[str, str]]:
@@ -330,17 +316,6 @@ def _proposer_row() -> dict:
             "tokens": 0, "cost_usd": 0.0}
 
 
-def run_machine(run: dict):
-    """The machine a run searched on, rebuilt from its run.json."""
-    from stochopt.machine import PRESETS, machine_from_dict
-
-    name = run.get("machine_name") or run["machine"].get("name")
-    if name in PRESETS:
-        return PRESETS[name]
-    data = {k: v for k, v in run["machine"].items() if k != "name"}
-    return machine_from_dict({**data, "name": name}, name)
-
-
 def _machine(run: dict, notes: list[str]):
     try:
         return run_machine(run)
@@ -358,7 +333,7 @@ def _relies_on(rd: Path, run: dict, best_text: str, machine, parse_error: str | 
     range allows it is right only inside that range. None where it cannot be known."""
     from stochopt.leir.parser import parse
     from stochopt.spec import load_spec
-    from stochopt.verify import range_facts
+    from stochopt.verify.ranges import range_facts
 
     if machine is None or parse_error is not None or not (rd / SPEC_PY).is_file():
         return None

@@ -21,6 +21,7 @@ from pathlib import Path
 from stochopt.errors import StochoptError
 from stochopt.leir.parser import parse
 from stochopt.llm.yields import read_transcripts, yield_table
+from stochopt.machine import run_machine
 from stochopt.rundir import (
     ACCEPTED,
     BEST,
@@ -39,6 +40,7 @@ from stochopt.rundir import (
     read_json,
     write_json,
 )
+from stochopt.search.best_kernel import recheck_best, write_best, write_unproved
 from stochopt.search.chain import ChainConfig
 from stochopt.search.checks import START, CheckerJob, CheckPool, Pending
 from stochopt.search.driver import Job, RunResult, save_checkpoint
@@ -68,10 +70,9 @@ def finish_reserve(budget_s: float, longest_check_s: float) -> float:
 def supervise(rd: Path, run: dict, state: dict, start_text: str, baseline_text: str,
               llm: dict | None, progress, started: float, previous_s: float) -> RunResult:
     """Run the chains and the checks until the budget is spent; finish and report."""
-    from stochopt.search.optimize import _run_machine
     from stochopt.spec import load_spec
 
-    machine = _run_machine(run)
+    machine = run_machine(run)
     spec = load_spec(rd / SPEC_PY, run.get("name"))
     # the run's clock started when this session did, less the sessions before a resume
     t0 = started - previous_s
@@ -328,7 +329,6 @@ class _RunState:
         self._announce()
 
     def _start_verdict(self, pending: Pending, facts: dict, interrupted: bool) -> None:
-        from stochopt.search.optimize import _write_best
         if interrupted:
             best = read_json(self.rd / BEST_JSON)
             if best.get("source") == SOURCE_START:
@@ -339,18 +339,17 @@ class _RunState:
                           "fix the --init kernel" if self.run.get("init")
                           else "this is a lowering bug: please report it")
         elif self.proved_cycles == math.inf:
-            _write_best(self.rd, parse(pending.text, self.machine), self.spec, facts,
+            write_best(self.rd, parse(pending.text, self.machine), self.spec, facts,
                         self.machine, SOURCE_START, plan=[])
             self.proved_cycles = pending.cycles
             self.tuning.best(self.rd)
 
     def _proved(self, text: str, cycles: int, facts: dict, chain: int,
                 t: float | None = None, plan: list | None = None) -> None:
-        from stochopt.search.optimize import _write_best
         if cycles >= self.proved_cycles:
             return
         t = self.stats.elapsed() if t is None else t
-        _write_best(self.rd, parse(text, self.machine), self.spec, facts, self.machine,
+        write_best(self.rd, parse(text, self.machine), self.spec, facts, self.machine,
                     SOURCE_SEARCH, t, chain, plan=plan)
         self.tuning.best(self.rd)
         self.proved_cycles, self.proved_text, self.proved_plan = cycles, text, plan
@@ -397,7 +396,6 @@ class _RunState:
     def finish(self, why: str, signum: int | None, baseline_text: str) -> RunResult:
         """Settle every undecided candidate, checkpoint, re-check the best (within the
         budget) and name a faster unproved kernel."""
-        from stochopt.search.optimize import recheck_best
         undecided = self.pool.undecided() if self.pool is not None else []
         interrupted = why == "interrupted"
         for pending in undecided:
@@ -427,7 +425,6 @@ class _RunState:
         return self._result(why, signum)
 
     def _result(self, why: str, signum: int | None) -> RunResult:
-        from stochopt.search.optimize import write_unproved
         best = read_json(self.rd / BEST_JSON)
         found = min(self.unproved, key=lambda u: u["cycles"], default=None)
         record = None
