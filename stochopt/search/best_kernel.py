@@ -26,9 +26,9 @@ from stochopt.verify.check import certificate, check
 
 
 def write_best(rd: Path, kernel, spec, verdict, machine, source: str, t: float = 0.0,
-                chain: int | None = None, recheck: dict | None = None,
-                proof: str = PROOF_PENDING, plan: list | None = None,
-                plan_start: str | None = None) -> None:
+               chain: int | None = None, recheck: dict | None = None,
+               proof: str = PROOF_PENDING, plan: list | None = None,
+               plan_start: str | None = None) -> None:
     """best.json first, then best.leir: the kernel file is the commit point. A verdict of
     None marks the starting kernel: ``proof: pending`` while its own full check runs, or
     ``proof: lowering`` when it is the spec's lowering, which needs none. ``plan`` is the
@@ -111,7 +111,7 @@ def recheck_best(rd: Path, spec, machine, seed: int, baseline_text: str,
         again = recheck(kernel)
         if again.equivalent:
             write_best(rd, kernel, spec, entry["verdict"], machine, SOURCE_SEARCH, entry["t"],
-                        entry["chain"], recheck=again.to_json(), plan=entry.get("plan"))
+                       entry["chain"], recheck=again.to_json(), plan=entry.get("plan"))
             return f"{failed}; best.leir holds the fastest earlier best that passes it " \
                    f"({entry['cycles']} cycles)"
     base_verdict = check(baseline, spec, machine=machine, baseline=baseline, seed=seed,
@@ -119,5 +119,5 @@ def recheck_best(rd: Path, spec, machine, seed: int, baseline_text: str,
     # the baseline: its start
     from_lowering = best.get("plan_start", START_LOWERING) == START_LOWERING
     write_best(rd, baseline, spec, None if base_verdict.interrupted else base_verdict,
-                machine, source=SOURCE_START, plan=[] if from_lowering else None)
+               machine, source=SOURCE_START, plan=[] if from_lowering else None)
     return f"{failed}; no earlier best passes it, so best.leir is back to the baseline"

@@ -164,7 +164,7 @@ def _setup(rd: Path, run: dict, spec, m, started: float) -> tuple[dict, str, str
         # search and, on a large spec, take the first seconds of a short run's one check
         # worker (or the chain's path) away from the faster kernels the run finds.
         write_best(rd, start, spec, None, m, SOURCE_START, proof=PROOF_LOWERING, plan=[],
-                    plan_start=START_LOWERING)
+                   plan_start=START_LOWERING)
     elif warm is not None:  # proved by the run that found it (or checked again just now)
         write_best(rd, start, spec, warm[1], m, SOURCE_START, plan=[], plan_start=START_INIT)
     elif run["check_workers"] == 0:
@@ -174,10 +174,10 @@ def _setup(rd: Path, run: dict, spec, m, started: float) -> tuple[dict, str, str
         if not verdict.equivalent and not verdict.interrupted:
             _fail_start(verdict.counterexample.describe(), bool(run["init"]), spec.name)
         write_best(rd, start, spec, None if verdict.interrupted else verdict, m, SOURCE_START,
-                    plan=[], plan_start=START_INIT)
+                   plan=[], plan_start=START_INIT)
     else:
         write_best(rd, start, spec, None, m, SOURCE_START, plan=[],  # proved by the pool, soon
-                    plan_start=START_INIT)
+                   plan_start=START_INIT)
     write_json(rd / RUN_JSON, run)
     state = {"elapsed_s": round(time.time() - started, 3), "proposals": 0, "chains": [],
              "finished": False, "best_cycles": cost(start, m).cycles, "tokens": 0,

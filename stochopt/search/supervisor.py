@@ -340,7 +340,7 @@ class _RunState:
                           else "this is a lowering bug: please report it")
         elif self.proved_cycles == math.inf:
             write_best(self.rd, parse(pending.text, self.machine), self.spec, facts,
-                        self.machine, SOURCE_START, plan=[])
+                       self.machine, SOURCE_START, plan=[])
             self.proved_cycles = pending.cycles
             self.tuning.best(self.rd)
 
@@ -350,7 +350,7 @@ class _RunState:
             return
         t = self.stats.elapsed() if t is None else t
         write_best(self.rd, parse(text, self.machine), self.spec, facts, self.machine,
-                    SOURCE_SEARCH, t, chain, plan=plan)
+                   SOURCE_SEARCH, t, chain, plan=plan)
         self.tuning.best(self.rd)
         self.proved_cycles, self.proved_text, self.proved_plan = cycles, text, plan
         self.stats.best_cycles = cycles
