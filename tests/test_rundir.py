@@ -9,6 +9,7 @@ else there.
 """
 
 import ast
+import functools
 from pathlib import Path
 
 from stochopt import rundir
@@ -69,7 +70,8 @@ def _keys_and_docstrings(tree: ast.AST) -> set[int]:
     return skip
 
 
-def named_literals() -> set[tuple[str, str]]:
+@functools.cache  # the sources do not change during a test run: two tests read them
+def named_literals() -> frozenset[tuple[str, str]]:
     """(module, literal) of every literal outside rundir.py that spells a named value."""
     found = set()
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -81,7 +83,7 @@ def named_literals() -> set[tuple[str, str]]:
         found |= {(module, node.value) for node in ast.walk(tree)
                   if isinstance(node, ast.Constant) and node.value in NAMED
                   and id(node) not in skip}
-    return found
+    return frozenset(found)
 
 
 def test_outcomes_and_proof_kinds_are_spelled_only_in_rundir():
