@@ -31,8 +31,14 @@ sys.path.insert(0, str(ROOT))
 
 from stochopt.durations import parse_duration  # noqa: E402
 from stochopt.lower.catalog import bundled_spec_paths  # noqa: E402
-from stochopt.rundir import read_events  # noqa: E402
-from stochopt.search.checks import LOWERING  # noqa: E402
+from stochopt.rundir import (  # noqa: E402
+    AGGREGATE,
+    BEST,
+    PROOF_LOWERING,
+    PROOF_PENDING,
+    PROOF_UNFINISHED,
+    read_events,
+)
 
 METHODS = ("mutate", "greedy", "rewrite", "mixed")
 
@@ -50,19 +56,19 @@ def run_search(spec: Path, method: str, seed: int, budget: str, out: Path) -> di
     state = json.loads((run_dir / "checkpoint.json").read_text())
     lines = read_events(run_dir / "events.jsonl")
     events = [e for e in lines if "outcome" in e]  # a candidate a line each, then...
-    counted = sum(e.get("candidates", 0) for e in lines if e.get("kind") == "aggregate")
-    trajectory = [(e["t"], e["cycles"]) for e in events if e["outcome"] == "best"]
+    counted = sum(e.get("candidates", 0) for e in lines if e.get("kind") == AGGREGATE)
+    trajectory = [(e["t"], e["cycles"]) for e in events if e["outcome"] == BEST]
     elapsed = max(state["elapsed_s"], 1e-9)
     # the starting kernel's own check runs beside the search: a budget too short for it
     # leaves best.leir unproved (best.json says "proof"), which the results must show
-    # the spec's own lowering needs no proof (proof "lowering"); an --init start whose
-    # check is still running or was cut says "pending" or "unfinished"
+    # the spec's own lowering needs no proof (PROOF_LOWERING); an --init start whose
+    # check is still running or was cut says PROOF_PENDING or PROOF_UNFINISHED
     proof = best.get("proof")
     result = summarize(run["baseline_cycles"], best["cycles"], run["roofline_cycles"],
                        len(events) + counted, elapsed, trajectory,
                        bool((best.get("verdict") or {}).get("equivalent"))
-                       or proof == LOWERING)
-    result["start_check_unfinished"] = proof in ("pending", "unfinished")
+                       or proof == PROOF_LOWERING)
+    result["start_check_unfinished"] = proof in (PROOF_PENDING, PROOF_UNFINISHED)
     return result
 
 

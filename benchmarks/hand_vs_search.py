@@ -30,6 +30,7 @@ from stochopt.backend.cost import cost  # noqa: E402
 from stochopt.kernel_file import read_kernel_file  # noqa: E402
 from stochopt.lower.lowering import lower  # noqa: E402
 from stochopt.machine import load_machine  # noqa: E402
+from stochopt.rundir import PROOF_LOWERING  # noqa: E402
 from stochopt.spec import load_spec  # noqa: E402
 from stochopt.transform.greedy import greedy_fixpoint  # noqa: E402
 
@@ -48,7 +49,7 @@ def search_best(spec: Path, budget: str, seed: int, run_dir: Path) -> dict:
     best = json.loads((run_dir / "best.json").read_text())
     state = json.loads((run_dir / "checkpoint.json").read_text())
     proved = bool((best.get("verdict") or {}).get("equivalent")) or \
-        best.get("proof") == "lowering"
+        best.get("proof") == PROOF_LOWERING
     return {"cycles": best["cycles"], "proved": proved,
             "unproved": (best.get("unproved") or {}).get("cycles"),
             "rate": state["proposals"] / max(state["elapsed_s"], 1e-9)}

@@ -35,6 +35,7 @@ from stochopt.llm.options import llm_options
 from stochopt.llm.structured import PROBE_WORD
 from stochopt.lower import lower
 from stochopt.machine import load_machine
+from stochopt.rundir import TAKEN
 from stochopt.search.chain import ChainConfig
 from stochopt.search.chain_run import ChainRun
 from stochopt.search.llm_proposer import LLMProposer
@@ -97,8 +98,8 @@ def run_arm(spec_name: str, seed: int, requests: int, llm: dict, start: str,
         if event.get("llm_form") != "plan" or event["move"] != "plan":
             continue
         plans.append({"length": len(_asked(proposer, event)),
-                      "accepted": event["outcome"] in ("accepted", "best"),
-                      "improved": event["outcome"] in ("accepted", "best")
+                      "accepted": event["outcome"] in TAKEN,
+                      "improved": event["outcome"] in TAKEN
                       and event["cycles"] is not None and event["cycles"] < before,
                       "outcome": event["outcome"], "cycles": event.get("cycles")})
     proposer.close()

@@ -8,6 +8,8 @@ import os
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
+from stochopt import callable_package as _callable_package  # noqa: E402
+from stochopt import displayable as _displayable  # noqa: E402
 from stochopt.errors import ConstraintError, ParseError, StochoptError  # noqa: E402
 
 # stochopt.spec is a module and a function: importing the module binds the module to
@@ -25,6 +27,23 @@ __all__ = ["lower", "run", "verify", "optimize", "report", "db", "load_kernel", 
 _WHERE = {"run": "stochopt.api", "optimize": "stochopt.api", "load_kernel": "stochopt.api",
           "db": "stochopt.api"}
 _CALLABLE_SUBPACKAGES = ("lower", "verify", "report")
+
+
+def _api_function(name: str):
+    from stochopt import api
+
+    return getattr(api, name)
+
+
+def _load_notebook_forms() -> None:
+    from stochopt import notebook  # noqa: F401  (importing it registers the forms)
+
+
+# the bottom layer's two hooks into the top one, set here because Python runs this file
+# before any module of the package: stochopt.lower/verify/report(...) call the API
+# function of their name, and the first value Jupyter shows loads the notebook's forms
+_callable_package.find_api_functions_with(_api_function)
+_displayable.load_forms_with(_load_notebook_forms)
 
 
 def __getattr__(name: str):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from stochopt.errors import StochoptError
 from stochopt.leir.parser import machine_of
-from stochopt.machine import PRESETS, load_machine
+from stochopt.machine import PRESETS, load_machine, run_machine
 from stochopt.rundir import RUN_JSON, SPEC_PY
 
 
@@ -52,8 +52,6 @@ def kernel_machine(path: str | Path, text: str, machine=None, fallback_machine=N
         return load_machine(machine)
     run_json = Path(path).parent / RUN_JSON
     if run_json.is_file():  # a kernel in a run directory: the run's own machine
-        from stochopt.report.facts import run_machine
-
         try:
             return run_machine(json.loads(run_json.read_text()))
         except (OSError, ValueError, KeyError, TypeError, StochoptError):

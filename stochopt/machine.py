@@ -157,5 +157,14 @@ def machine_from_dict(data: dict, default_name: str = "custom") -> Machine:
     return merged
 
 
+def run_machine(run: dict) -> Machine:
+    """The machine a run searched on, rebuilt from its run.json (a preset by its name)."""
+    name = run.get("machine_name") or run["machine"].get("name")
+    if name in PRESETS:
+        return PRESETS[name]
+    data = {k: v for k, v in run["machine"].items() if k != "name"}
+    return machine_from_dict({**data, "name": name}, name)
+
+
 def _positive_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v > 0

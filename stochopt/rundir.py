@@ -32,10 +32,9 @@ RUN_JSON = "run.json"
 SPEC_PY = "spec.py"                  # a copy of the spec, so the run resumes without it
 BASELINE_LEIR = "baseline.leir"      # the spec's lowering: what speedups are measured from
 BEST_LEIR = "best.leir"              # the proved best kernel (the commit point)
-# best.leir's facts, written first: cycles, source, t, chain, plan (the steps from the
-# run's start, plan_to_json, or null when unknown), plan_start ("lowering" or "init"),
-# profile, verdict, certificate, proof ("pending", "lowering", "unfinished"), recheck,
-# unproved
+# best.leir's facts, written first: cycles, source (SOURCE_*), t, chain, plan (the steps
+# from the run's start, plan_to_json, or null when unknown), plan_start (START_LOWERING
+# or START_INIT), profile, verdict, certificate, proof (one of PROOFS), recheck, unproved
 BEST_JSON = "best.json"
 UNPROVED_LEIR = "unproved.leir"      # a faster kernel whose full check did not finish
 EVENTS_JSONL = "events.jsonl"        # one line per candidate kept (search/event_log.py)
@@ -50,13 +49,40 @@ EXAMPLES_JSON = "examples.json"
 # input's reference, magnitudes and baseline output; a cache, safe to delete
 CHECK_BANK = "check_bank"
 
-# What became of a candidate (an event's "outcome"). "unproved": screened, faster than
-# the best, but its full check did not finish before the run ended.
-OUTCOMES = ("parse_error", "invalid", "wrong", "rejected", "accepted", "unproved", "best")
+# What became of a candidate (an event's "outcome"); the strings are what events.jsonl says
+PARSE_ERROR = "parse_error"  # the text is not LEIR (or names no kernel)
+INVALID = "invalid"          # LEIR that does not type, or no move applied
+WRONG = "wrong"              # differs from the spec on an input
+REJECTED = "rejected"        # as right as the current kernel; the chain stayed
+ACCEPTED = "accepted"        # the chain moved to it
+UNPROVED = "unproved"        # screened, faster than the best, but its full check did not
+                             # finish before the run ended
+BEST = "best"                # proved, and the fastest kernel yet
+OUTCOMES = (PARSE_ERROR, INVALID, WRONG, REJECTED, ACCEPTED, UNPROVED, BEST)
 # the outcomes a live run shows (unproved is known only at the end)
-LIVE_OUTCOMES = tuple(o for o in OUTCOMES if o != "unproved")
+LIVE_OUTCOMES = tuple(o for o in OUTCOMES if o != UNPROVED)
 # a candidate waiting for its full check: its event is held until the verdict replaces it
 CHECKING = "checking"
+# the outcomes where the chain moved to the candidate
+TAKEN = (ACCEPTED, BEST)
+# the outcomes of a candidate that never became a well-typed kernel
+NOT_TYPED = (PARSE_ERROR, INVALID)
+
+# best.json's "source": where best.leir's kernel came from
+SOURCE_START = "start"    # the run's starting kernel
+SOURCE_SEARCH = "search"  # a chain found it
+# best.json's "proof" while best.leir's kernel has no verdict of its own
+PROOF_PENDING = "pending"        # its full check is running
+PROOF_LOWERING = "lowering"      # the spec's own lowering: right by construction, none needed
+PROOF_UNFINISHED = "unfinished"  # the starting kernel's check did not finish in the budget
+PROOFS = (PROOF_PENDING, PROOF_LOWERING, PROOF_UNFINISHED)
+# how the run started: best.json's "plan_start" (the lowering or an --init kernel), and
+# run.json's tuning "start" (the database's two ways as well, docs/database.md)
+START_LOWERING = "lowering"
+START_INIT = "init"
+START_TRANSFER = "transfer"  # the lowering with plans that won on similar specs
+START_DATABASE = "database"  # a warm start: the database's best kernel for this spec
+STARTS = (START_LOWERING, START_INIT, START_TRANSFER, START_DATABASE)
 # an events.jsonl line with "kind": AGGREGATE counts an interval's candidates that were
 # not written one by one; a line without "kind" is one candidate
 AGGREGATE = "aggregate"

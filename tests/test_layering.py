@@ -4,6 +4,12 @@ The walk reads every ``import`` in stochopt (at module level, inside functions a
 TYPE_CHECKING alike) with ast, so it needs nothing imported. To add a package, add its
 name to LAYERS at the place its imports allow; an upward import that must stay goes in
 ALLOWED with the reason.
+
+Within a layer, modules must not import each other in a loop either: a loop means no
+module of it can be read (or tested) before the others. ``from P import name`` is an
+import of the module P.name when there is one, else of P itself (its __init__, which
+holds the name); a loop through a package's __init__ that re-exports a submodule counts.
+An import that closes a loop on purpose goes in LOOPS_ALLOWED with the reason.
 """
 
 import ast
@@ -32,10 +38,6 @@ LAYERS: list[tuple[str, ...]] = [
 # (importing module, imported layer name) -> why this upward import stays
 ALLOWED: dict[tuple[str, str], str] = {
     ("stochopt.leir.ops", "backend"): "the op table names each op's cost rule",
-    ("stochopt.callable_package", "api"): "stochopt.lower/verify/report(...) call the API "
-                                          "function of their name, found when called",
-    ("stochopt.displayable", "notebook"): "the first value Jupyter shows loads the forms "
-                                          "that the notebook module registers",
 }
 
 LAYER_OF = {name: index for index, names in enumerate(LAYERS) for name in names}
@@ -52,8 +54,14 @@ def layer_name(module: str) -> str:
     return parts[1] if len(parts) > 1 else "__init__"
 
 
+@functools.cache
+def modules() -> frozenset[str]:
+    return frozenset(module_name(path) for path in PACKAGE.rglob("*.py"))
+
+
 def imports(path: Path) -> list[tuple[int, str]]:
-    """(line, module) of every stochopt module the file imports, relative ones resolved."""
+    """(line, module) of every stochopt module the file imports, relative ones resolved;
+    ``from P import name`` imports P.name when that is a module, else P."""
     module = module_name(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found = []
@@ -63,9 +71,12 @@ def imports(path: Path) -> list[tuple[int, str]]:
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - node.level + 1]
-                found.append((node.lineno, ".".join(base + [node.module or ""]).rstrip(".")))
+                source = ".".join(base + [node.module or ""]).rstrip(".")
             else:
-                found.append((node.lineno, node.module))
+                source = node.module
+            for alias in node.names:
+                submodule = f"{source}.{alias.name}"
+                found.append((node.lineno, submodule if submodule in modules() else source))
         elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
               and node.func.attr == "import_module" and node.args
               and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
@@ -122,3 +133,86 @@ def test_importing_the_verifier_loads_nothing_above_it():
                           cwd=PACKAGE.parent, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == []
+
+
+# (importing module, imported module) -> why this import closes a loop and stays
+_COMMANDS = ("stochopt.db()'s commands are methods of the database object a notebook holds; "
+             "their bodies live with the modules that read and write through it")
+LOOPS_ALLOWED: dict[tuple[str, str], str] = {
+    ("stochopt.tuning.store", "stochopt.tuning.views"): _COMMANDS + " (list, show)",
+    ("stochopt.tuning.store", "stochopt.tuning.exchange"): _COMMANDS + " (export, "
+                                                           "import_file, prune)",
+    ("stochopt.tuning.store", "stochopt.tuning.runs"): _COMMANDS + " (import_file of a "
+                                                       "run directory)",
+    ("stochopt.verify.bank", "stochopt.verify.check"): "check.py runs every check through "
+        "the bank, and the bank prepares each input's reference output and error scale "
+        "with check.py's functions (imported where they are called)",
+}
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the modules it imports (a name that is no module is its package's)."""
+    graph: dict[str, set[str]] = {module: set() for module in modules()}
+    for module, _, target in edges():
+        while target not in modules():
+            target = target.rpartition(".")[0]
+        if target != module:
+            graph[module].add(target)
+    return graph
+
+
+def loops(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while not component or component[-1] != v:
+                component.append(stack.pop())
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _without_allowed(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    return {m: {t for t in targets if (m, t) not in LOOPS_ALLOWED} for m, targets in graph.items()}
+
+
+def test_no_loop_of_modules():
+    remaining = loops(_without_allowed(import_graph()))
+    assert not remaining, "modules that import each other in a loop:\n" + "\n".join(
+        " <-> ".join(component) for component in remaining)
+
+
+def test_each_allowed_loop_import_is_there_and_closes_a_loop():
+    """An import in LOOPS_ALLOWED that is gone, or no longer closes a loop, leaves the
+    list: it stays the truth."""
+    graph = import_graph()
+    for (module, target), why in LOOPS_ALLOWED.items():
+        assert target in graph[module], f"{module} no longer imports {target} ({why})"
+        alone = _without_allowed(graph)
+        alone[module].add(target)
+        assert any({module, target} <= set(c) for c in loops(alone)), \
+            f"{module} -> {target} closes no loop any more: drop it from LOOPS_ALLOWED"
+
+
+def test_the_loop_walk_sees_a_package_that_re_exports_its_importer():
+    graph = {"p": {"p.a"}, "p.a": {"p"}, "p.b": {"p.a"}}
+    assert loops(graph) == [["p", "p.a"]]
+    assert loops({"p": {"p.a"}, "p.a": set()}) == []

@@ -22,7 +22,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from math import ceil, prod
 
-from stochopt.backend.cost import op_work, peak_rates, roofline_cycles, roofline_inputs
+from stochopt.backend.cost import peak_rates, roofline_cycles, roofline_inputs
+from stochopt.backend.node_work import op_work
 from stochopt.leir.ir import Kernel
 from stochopt.leir.ops import CONTRACTION, ELEMENTWISE, OPS, REDUCTION
 from stochopt.leir.types import itemsize

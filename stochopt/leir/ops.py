@@ -125,7 +125,7 @@ def operator_op(operator: str, operands: int) -> str | None:
 
 
 # what other modules remember of the rules' results (the type, cost and edit caches of
-# ir.py, cost.py and edit.py): forgotten with the rest when the table changes
+# ir.py, node_work.py and edit.py): forgotten with the rest when the table changes
 FORGET_ON_CHANGE: list[Callable[[], None]] = []
 
 

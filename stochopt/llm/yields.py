@@ -21,10 +21,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from stochopt.rundir import ACCEPTED, BEST, NOT_TYPED, PARSE_ERROR, UNPROVED
+
 FUNNEL = ("requests", "replies", "candidates", "parsed", "well_typed", "screened_equal",
           "accepted", "new_bests", "proved")
-NOT_READ = ("parse_error",)
-NOT_TYPED = ("parse_error", "invalid")
+NOT_READ = (PARSE_ERROR,)
 
 
 def read_transcripts(folder: Path) -> list[dict]:
@@ -92,7 +93,7 @@ def _count(t: dict, proved: set[tuple[str, int]]) -> dict:
         out["screened_equal"] += bool(c.get("screened_equal"))
         out["accepted"] += bool(c.get("accepted"))
         out["new_bests"] += bool(c.get("new_best"))
-        out["proved"] += outcome == "best" or (t.get("id"), number) in proved
+        out["proved"] += outcome == BEST or (t.get("id"), number) in proved
     return out
 
 
@@ -123,9 +124,9 @@ class LiveYield:
         if event.get("move") == "request_failed":
             return
         row["well_typed"] += outcome not in NOT_TYPED
-        row["accepted"] += outcome in ("accepted", "best", "unproved") or bool(
+        row["accepted"] += outcome in (ACCEPTED, BEST, UNPROVED) or bool(
             event.get("counterexample"))
-        if outcome == "best":
+        if outcome == BEST:
             row["best"] += 1
             self.proved.add((event.get("llm_request"), event.get("llm_candidate")))
 

@@ -12,12 +12,12 @@ import io
 import re
 from contextlib import contextmanager
 
-from stochopt.report.facts import format_share
-from stochopt.report.words import plural
+from stochopt.report.words import format_share, plural
+from stochopt.rundir import ACCEPTED, BEST, INVALID, PARSE_ERROR, REJECTED, UNPROVED, WRONG
 
-OUTCOME_COLORS = {"parse_error": "#9e9e9e", "invalid": "#f2a541", "wrong": "#d64545",
-                  "rejected": "#a9c4e4", "accepted": "#3a7bd5", "unproved": "#b065c9",
-                  "best": "#2e9e5b"}
+OUTCOME_COLORS = {PARSE_ERROR: "#9e9e9e", INVALID: "#f2a541", WRONG: "#d64545",
+                  REJECTED: "#a9c4e4", ACCEPTED: "#3a7bd5", UNPROVED: "#b065c9",
+                  BEST: "#2e9e5b"}
 RESOURCE_COLORS = {"dma": "#3fa7c9", "tree": "#e0b040", "vector": "#b065c9",
                    "vector+tree": "#c98ad9", "matrix": "#4caf6a"}
 # proposers get colours no outcome uses, so a green dot never reads as "best"; the
@@ -99,7 +99,7 @@ def outcomes_svg(f: dict) -> str:
                         label=o if i == 0 else None)
                 if share >= 0.06:
                     ax.text(left + share / 2, i, str(n), ha="center", va="center",
-                            fontsize=8, color="white" if o in ("wrong", "accepted", "best")
+                            fontsize=8, color="white" if o in (WRONG, ACCEPTED, BEST)
                             else "#222222")
                 left += share
             share = p["improvement_share"]

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from stochopt.rundir import BEST, TAKEN
+
 TOP_MOVES = 3  # the largest moves of a step's path kept for the report
 LLM_MOVES = 8  # the LLM's downhill moves of a step's path kept for the report
 
@@ -56,7 +58,7 @@ class PathCredit:
             # an exchange on the tempering ladder or a restart moved the chain: it stands
             # there now, and no move of its made that jump
             path.current = int(event["moved_to"])
-        if event.get("outcome") not in ("accepted", "best") or event.get("cycles") is None:
+        if event.get("outcome") not in TAKEN or event.get("cycles") is None:
             return
         cycles = int(event["cycles"])
         proposer, decrease = event.get("proposer", "?"), path.current - cycles
@@ -68,7 +70,7 @@ class PathCredit:
                               key=lambda m: -m["saved"])[:TOP_MOVES]
             if event.get("llm_request"):
                 path.llm = (path.llm + [llm_move(event, t, decrease, cycles)])[-LLM_MOVES:]
-        if event["outcome"] != "best":
+        if event["outcome"] != BEST:
             return
         if event.get("llm_request"):
             self.llm_proved.add((event["llm_request"], event.get("llm_candidate", 0)))

@@ -16,12 +16,18 @@ import time
 from array import array
 from pathlib import Path
 
-from stochopt.durations import format_duration
 from stochopt.errors import StochoptError
+from stochopt.machine import run_machine
 from stochopt.report.credit import PathCredit
 from stochopt.report.history import history_facts
 from stochopt.report.llm_facts import llm_facts, llm_headline
-from stochopt.report.words import plural
+from stochopt.report.words import (
+    format_seconds,
+    format_share,
+    format_speedup,
+    format_usd,
+    plural,
+)
 from stochopt.rundir import (
     AGGREGATE,
     BASELINE_LEIR,
@@ -32,14 +38,17 @@ from stochopt.rundir import (
     EVENTS_JSONL,
     LLM_TRANSCRIPTS,
     OUTCOMES,
+    PROOF_LOWERING,
+    PROOF_PENDING,
+    PROOF_UNFINISHED,
     RUN_JSON,
     SPEC_PY,
+    TAKEN,
 )
 from stochopt.tuning.runs import start_line
 
 RUNNING_WITHIN_S = 15.0   # a run whose files changed this recently is still going
 TIMELINE_BINS = 30        # bins of the acceptance-over-time series
-TAKEN = ("accepted", "best")  # outcomes where the chain moved to the candidate
 
 
 def run_facts(run_dir: str | Path, now: float | None = None) -> dict:
@@ -137,26 +146,6 @@ def run_facts(run_dir: str | Path, now: float | None = None) -> dict:
     return facts
 
 
-# ---------------------------------------------------------------------------------
-# numbers as every form prints them (tests compare the forms through these)
-# ---------------------------------------------------------------------------------
-
-def format_speedup(x: float) -> str:
-    return f"{x:.2f}x"
-
-
-def format_share(x: float) -> str:
-    return f"{100 * x:.1f}%"
-
-
-def format_usd(x: float) -> str:
-    return f"${x:.4f}"
-
-
-def format_seconds(x: float) -> str:
-    return format_duration(x)
-
-
 def headline(f: dict) -> list[tuple[str, str]]:
     """The summary as (label, value) pairs, in the order the terminal and page show it."""
     verified = "yes" if f["verified"] else "NO"
@@ -166,7 +155,7 @@ def headline(f: dict) -> list[tuple[str, str]]:
         verified += f"; re-checked, seed {v['recheck_seed']})" if v.get("recheck_seed") \
             is not None else "; the final re-check did not finish)" if v.get(
                 "recheck_unfinished") else ")"
-    elif f.get("proof") == "lowering":
+    elif f.get("proof") == PROOF_LOWERING:
         verified += " (the baseline: the spec's own lowering, which every check compares " \
                     "against)"
     elif f.get("proof"):
@@ -327,17 +316,6 @@ def _proposer_row() -> dict:
             "tokens": 0, "cost_usd": 0.0}
 
 
-def run_machine(run: dict):
-    """The machine a run searched on, rebuilt from its run.json."""
-    from stochopt.machine import PRESETS, machine_from_dict
-
-    name = run.get("machine_name") or run["machine"].get("name")
-    if name in PRESETS:
-        return PRESETS[name]
-    data = {k: v for k, v in run["machine"].items() if k != "name"}
-    return machine_from_dict({**data, "name": name}, name)
-
-
 def _machine(run: dict, notes: list[str]):
     try:
         return run_machine(run)
@@ -355,7 +333,7 @@ def _relies_on(rd: Path, run: dict, best_text: str, machine, parse_error: str | 
     range allows it is right only inside that range. None where it cannot be known."""
     from stochopt.leir.parser import parse
     from stochopt.spec import load_spec
-    from stochopt.verify import range_facts
+    from stochopt.verify.ranges import range_facts
 
     if machine is None or parse_error is not None or not (rd / SPEC_PY).is_file():
         return None
@@ -430,13 +408,14 @@ def _verification(best_text: str, best_json: dict, notes: list[str],
                      "after the run wrote it, so it is not verified")
         return {"verified": False, "verification": None}
     cert = best_json.get("certificate") or {}
-    if best_json.get("proof") == "lowering" and best_json.get("verdict") is None:
+    if best_json.get("proof") == PROOF_LOWERING and best_json.get("verdict") is None:
         # the spec's own lowering: the baseline every check compares against
-        return {"verified": True, "verification": None, "proof": "lowering"}
+        return {"verified": True, "verification": None, "proof": PROOF_LOWERING}
     if best_json.get("proof") and best_json.get("verdict") is None:
         # the starting kernel, whose own full check runs beside the search (or was cut)
         return {"verified": False, "verification": None, "proof": {
-            "pending": "is still running", "unfinished": "did not finish within the budget"
+            PROOF_PENDING: "is still running",
+            PROOF_UNFINISHED: "did not finish within the budget"
         }.get(best_json["proof"], best_json["proof"])}
     if not best_json:
         notes.append("best.json is missing or unreadable: the check details of best.leir "

@@ -8,14 +8,7 @@ import re
 import time
 
 from stochopt.report.charts import OUTCOME_COLORS, RESOURCE_COLORS, all_charts
-from stochopt.report.facts import (
-    format_seconds,
-    format_share,
-    format_speedup,
-    format_usd,
-    headline,
-    llm_configured,
-)
+from stochopt.report.facts import headline, llm_configured
 from stochopt.report.history import history_html
 from stochopt.report.llm_facts import (
     IMPROVEMENT_COLUMNS,
@@ -24,7 +17,13 @@ from stochopt.report.llm_facts import (
     yield_tables,
 )
 from stochopt.report.terminal import credit_text, op_label
-from stochopt.report.words import plural
+from stochopt.report.words import (
+    format_seconds,
+    format_share,
+    format_speedup,
+    format_usd,
+    plural,
+)
 
 
 def render_html(facts: dict) -> str:

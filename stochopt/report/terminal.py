@@ -11,14 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from stochopt.backend.cost import Profile
-from stochopt.report.facts import (
-    format_seconds,
-    format_share,
-    format_speedup,
-    format_usd,
-    headline,
-    llm_configured,
-)
+from stochopt.report.facts import headline, llm_configured
 from stochopt.report.history import history_view
 from stochopt.report.llm_facts import (
     IMPROVEMENT_COLUMNS,
@@ -26,7 +19,14 @@ from stochopt.report.llm_facts import (
     improvement_rows,
     yield_tables,
 )
-from stochopt.report.words import plural
+from stochopt.report.words import (
+    format_seconds,
+    format_share,
+    format_speedup,
+    format_usd,
+    plural,
+)
+from stochopt.rundir import ACCEPTED, BEST, INVALID, PARSE_ERROR, REJECTED, UNPROVED, WRONG
 
 
 def profile_table(profile: Profile, kernel=None, title: str = "profile") -> Table:
@@ -98,9 +98,8 @@ def array_stats(x: np.ndarray) -> dict:
 # ---------------------------------------------------------------------------------
 
 RESOURCE_STYLES = {"dma": "cyan", "tree": "yellow", "vector": "magenta", "matrix": "green"}
-OUTCOME_STYLES = {"parse_error": "bright_black", "invalid": "yellow", "wrong": "red",
-                  "rejected": "blue", "accepted": "cyan", "unproved": "magenta",
-                  "best": "bold green"}
+OUTCOME_STYLES = {PARSE_ERROR: "bright_black", INVALID: "yellow", WRONG: "red",
+                  REJECTED: "blue", ACCEPTED: "cyan", UNPROVED: "magenta", BEST: "bold green"}
 _EIGHTHS = " ▁▂▃▄▅▆▇█"
 
 

@@ -27,6 +27,7 @@ from typing import Protocol
 
 from stochopt.errors import StochoptError
 from stochopt.leir.ir import Kernel
+from stochopt.rundir import ACCEPTED, INVALID, REJECTED, WRONG
 from stochopt.search.tempering import check_tempering
 from stochopt.transform.plan import Step, plan_from_json, plan_to_json
 
@@ -168,7 +169,7 @@ class Chain:
             self.objective.check(kernel)
             cycles = self.objective.cycles(kernel)
         except StochoptError as e:
-            event.update(outcome="invalid", error=str(e))
+            event.update(outcome=INVALID, error=str(e))
             return None, None
         event["cycles"] = cycles
         perf = self.objective.performance(cycles)
@@ -176,16 +177,16 @@ class Chain:
         u = self.rng.random()
         threshold = self.current_cost - math.log(max(u, 1e-300)) / self.beta
         if perf > threshold:
-            event["outcome"] = "rejected"
+            event["outcome"] = REJECTED
             return None, None
         eq = self.objective.error(kernel, threshold - perf)
         event["error"] = round(eq, 6)
         if eq + perf > threshold:
-            event["outcome"] = "wrong" if eq > 0 else "rejected"
+            event["outcome"] = WRONG if eq > 0 else REJECTED
             return None, None
         self.current, self.current_cycles, self.current_eq = kernel, cycles, eq
         self.current_cost, self.current_path = eq + perf, cand.path
-        event["outcome"] = "accepted"
+        event["outcome"] = ACCEPTED
         if eq == 0:  # right on every screening input: a new best if the policy says so
             return self.on_correct(kernel, cycles, event, cand.path)
         return None, None

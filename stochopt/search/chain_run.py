@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from stochopt.leir.ir import Kernel
 from stochopt.leir.parser import parse
 from stochopt.leir.render import render
+from stochopt.rundir import BEST, CHECKING
 from stochopt.search.chain import (
     Candidate,
     Chain,
@@ -132,7 +133,7 @@ class ChainRun:
         """The full-check policy, and the path contract: an event that goes to its full
         check or becomes the best names its plan, and a proved best its path."""
         best, facts = self.checks.on_correct(kernel, cycles, event)
-        if event["outcome"] in ("checking", "best"):
+        if event["outcome"] in (CHECKING, BEST):
             mark_plan(event, path)
         if best is not None:
             self.best_path = path

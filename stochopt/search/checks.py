@@ -41,10 +41,9 @@ from pathlib import Path
 
 from stochopt.leir.parser import parse
 from stochopt.machine import load_machine
-from stochopt.rundir import COUNTEREXAMPLES
+from stochopt.rundir import COUNTEREXAMPLES, SOURCE_START
 
-START = "start"  # the check id of the starting kernel's own check
-LOWERING = "lowering"  # best.json's "proof" of a start that is the spec's lowering: none
+START = SOURCE_START  # the check id of the starting kernel's own check
 GIVE_WAY_RATIO = 0.9  # a check gives way to a waiting candidate at least 10% faster
 WARM_STEP_S = 0.2    # an idle worker prepares shared inputs this long between looks
 

@@ -39,7 +39,7 @@ import os
 import re
 from pathlib import Path
 
-from stochopt.rundir import AGGREGATE
+from stochopt.rundir import AGGREGATE, BEST, TAKEN, UNPROVED
 
 INTERVAL_S = 60.0
 FULL_DETAIL_EVENTS = 10_000
@@ -51,8 +51,7 @@ LINE_BYTES = 800          # a longer line has its long texts cut
 TEXT_CHARS = 240          # ... to this many characters
 ERROR_KINDS = 10_000      # the kinds of error remembered for "first of its kind"
 TOP_MOVES = 3             # the largest decreases a carry keeps (as the report does)
-ALWAYS = ("best", "unproved")
-TAKEN = ("accepted", "best")
+ALWAYS = (BEST, UNPROVED)
 
 
 class BoundedEventLog:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from stochopt.leir.ir import Kernel
 from stochopt.leir.render import render
-from stochopt.rundir import CHECK_BANK
+from stochopt.rundir import BEST, CHECK_BANK, CHECKING, UNPROVED, WRONG
 from stochopt.search.values import Proofs
 from stochopt.spec import Spec
 from stochopt.verify.bank import CheckContext
@@ -65,7 +65,7 @@ class FullChecks:
         if facts is not None:  # the same values as a kernel this chain proved: no new check
             self.best_cycles, self.best_text = cycles, render(kernel)
             self.improvements += 1
-            event.update(outcome="best", proved_earlier=facts["value_graph"])
+            event.update(outcome=BEST, proved_earlier=facts["value_graph"])
             return kernel, facts
         submission = self._submit(kernel, cycles, event)
         if self.checks_elsewhere:
@@ -85,7 +85,7 @@ class FullChecks:
         self.full_checks += 1
         self.best_cycles = cycles
         self.improvements += 1
-        event.update(outcome="checking", check=submission.check_id)
+        event.update(outcome=CHECKING, check=submission.check_id)
         return submission
 
     def full_check(self, submission: Submission, deadline: float | None = None):
@@ -103,16 +103,16 @@ class FullChecks:
         event.pop("check", None)
         if verdict.equivalent:
             self.best_text = render(submission.kernel)
-            event["outcome"] = "best"
+            event["outcome"] = BEST
             return True
         self.best_cycles = submission.bar_before
         if verdict.interrupted:
-            event.update(outcome="unproved", error="its full check did not finish before "
+            event.update(outcome=UNPROVED, error="its full check did not finish before "
                          "the run ended")
             return False
         self.add_counterexample(verdict.counterexample)
         self.recost()  # the current kernel's eq may have changed too
-        event.update(outcome="wrong", error=verdict.counterexample.describe(),
+        event.update(outcome=WRONG, error=verdict.counterexample.describe(),
                      counterexample=True)
         return False
 

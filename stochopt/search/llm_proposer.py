@@ -57,7 +57,16 @@ from stochopt.llm.prompt import LEVELS, Prompt, PromptBuilder, load_templates
 from stochopt.llm.steering import RuleSteering
 from stochopt.llm.structured import JSON, Structured, fields
 from stochopt.llm.variants import Variant, draw_variants, pick_failures, temperature_range
-from stochopt.rundir import LLM_TRANSCRIPTS
+from stochopt.rundir import (
+    ACCEPTED,
+    BEST,
+    CHECKING,
+    INVALID,
+    LLM_TRANSCRIPTS,
+    NOT_TYPED,
+    REJECTED,
+    UNPROVED,
+)
 from stochopt.search.chain import Candidate
 from stochopt.search.llm_replies import LLMCandidate, ReplyReader, transcript_entry
 from stochopt.transform.plan import plan_to_json
@@ -65,7 +74,7 @@ from stochopt.verify.check import check
 
 MAX_COOLDOWN_S = 300.0         # the longest pause after failed requests
 GIVE_UP_AFTER = 3              # identical unfixable failures in a row stop the proposer
-TAKEN = ("accepted", "best", "checking", "unproved")  # the chain moved to the candidate
+TAKEN = (ACCEPTED, BEST, CHECKING, UNPROVED)  # the chain moved to the candidate
 PROBE_TOKENS = 24              # the reply room of a probe of constrained decoding
 STRUCTURED_JSON = "structured.json"  # what the probe found, shared by the run's chains
 
@@ -178,7 +187,7 @@ class LLMProposer:
                 y.accepted += verdict["accepted"]
             if verdict["accepted"] and cand.steps:  # the model's judgement, for the rules
                 self.steering.reinforce(s.rule for s in cand.steps)
-        if outcome != "best" and cand.move != "request_failed":
+        if outcome != BEST and cand.move != "request_failed":
             self.failures.append({"outcome": outcome, "cycles": event.get("cycles"),
                                   "error": error, "code": cand.code, "plan": cand.plan,
                                   "rules": [s.rule for s in cand.steps]})
@@ -190,13 +199,13 @@ class LLMProposer:
     def _explain(self, event: dict, cand: LLMCandidate) -> str | None:
         """The event's verdict in words the model can act on."""
         error, cycles = event.get("error"), event.get("cycles")
-        if isinstance(error, str) or error is None and event["outcome"] != "rejected":
+        if isinstance(error, str) or error is None and event["outcome"] != REJECTED:
             return error
         best = self._chain.best_cycles if self._chain is not None else "?"
         if error and cand.kernel is not None:  # failed on screening inputs
             return self._counterexample(cand.kernel) or f"wrong on a screening input " \
                                                         f"(error {error})"
-        if event["outcome"] == "rejected" and error is None:
+        if event["outcome"] == REJECTED and error is None:
             return f"{cycles} cycles, slower than the best kernel ({best} cycles): not tried"
         return (f"correct on the screening inputs, but {cycles} cycles is not faster than "
                 f"the best kernel ({best} cycles)")
@@ -441,7 +450,7 @@ class LLMProposer:
         kind = e.kind if failed else "internal"
         latency = e.latency_s if failed else 0.0
         cand = LLMCandidate("llm", "request_failed", error=f"LLM request failed: {message}",
-                            outcome="invalid", request=rid, latency_s=latency,
+                            outcome=INVALID, request=rid, latency_s=latency,
                             focus=variant.focus, form=variant.form)
         with self._cond:
             cand.note = t["note"] = self._take_notes()
@@ -569,11 +578,11 @@ def judged(event: dict) -> dict:
     well-typed kernel, equal to the spec on the screening inputs, accepted by the chain
     (it moved there, maybe on to its full check), a new best sent to its full check."""
     outcome, error = event["outcome"], event.get("error")
-    submitted = outcome in ("best", "checking", "unproved") or bool(
+    submitted = outcome in (BEST, CHECKING, UNPROVED) or bool(
         event.get("counterexample"))
     screened = submitted or (isinstance(error, int | float) and not isinstance(error, bool)
                              and error == 0)
-    return {"well_typed": outcome not in ("parse_error", "invalid"),
+    return {"well_typed": outcome not in NOT_TYPED,
             "screened_equal": screened, "accepted": outcome in TAKEN or submitted,
             "new_best": submitted}
 

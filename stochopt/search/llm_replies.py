@@ -19,6 +19,7 @@ from stochopt.errors import ParseError, StochoptError
 from stochopt.leir.parser import parse
 from stochopt.llm.forms import MAX_PLAN_STEPS, read_plan
 from stochopt.llm.prompt import EDIT_START, apply_edits, code_blocks
+from stochopt.rundir import INVALID, PARSE_ERROR
 from stochopt.search.chain import Candidate
 from stochopt.transform.plan import Step, apply_step, plan_to_json
 from stochopt.verify.check import check_signature
@@ -59,14 +60,14 @@ class ReplyReader:
         for content in contents or [""]:  # no choices at all reads as no code
             blocks = code_blocks(content)
             if not blocks:
-                out.append(LLMCandidate("llm", "no_code", outcome="parse_error",
+                out.append(LLMCandidate("llm", "no_code", outcome=PARSE_ERROR,
                                         code=content[:400], error=NO_CODE))
             for block in blocks:
                 move = "edit" if EDIT_START.search(block) else "kernel"
                 try:
                     text = apply_edits(base_text, block) if move == "edit" else block
                 except ParseError as e:
-                    out.append(LLMCandidate("llm", move, error=str(e), outcome="parse_error",
+                    out.append(LLMCandidate("llm", move, error=str(e), outcome=PARSE_ERROR,
                                             code=block))
                     continue
                 kernel, outcome, error = self.read(text)
@@ -81,7 +82,7 @@ class ReplyReader:
             try:
                 numbers = read_plan(content)
             except ParseError as e:
-                out.append(LLMCandidate("llm", "plan", outcome="parse_error", error=str(e),
+                out.append(LLMCandidate("llm", "plan", outcome=PARSE_ERROR, error=str(e),
                                         code=content[:400]))
                 continue
             out.append(self.plan_candidate(numbers, shown, entries, path))
@@ -91,12 +92,12 @@ class ReplyReader:
         by_number = {e.number: e.step for e in entries}
         code = json.dumps({"steps": numbers})
         if not entries:
-            return LLMCandidate("llm", "plan", outcome="invalid", code=code, plan=numbers,
+            return LLMCandidate("llm", "plan", outcome=INVALID, code=code, plan=numbers,
                                 error="no transform applies to the kernel shown: the menu "
                                       "was empty")
         if not numbers or numbers[0] not in by_number:
             return LLMCandidate(
-                "llm", "plan", outcome="invalid", code=code, plan=numbers,
+                "llm", "plan", outcome=INVALID, code=code, plan=numbers,
                 error=f"entry {numbers[0] if numbers else '(none)'} is not on the menu "
                       f"(1 to {len(entries)})")
         steps, stopped = [], None
@@ -110,7 +111,7 @@ class ReplyReader:
         if len(numbers) > MAX_PLAN_STEPS and stopped is None:
             stopped = f"only the first {MAX_PLAN_STEPS} steps are taken"
         if not applied:
-            return LLMCandidate("llm", "plan", outcome="invalid", code=code, plan=numbers,
+            return LLMCandidate("llm", "plan", outcome=INVALID, code=code, plan=numbers,
                                 error=f"the plan's first step does not apply: {stopped}",
                                 plan_stopped=stopped)
         kernel, outcome, error = self.check(kernel)
@@ -138,11 +139,11 @@ class ReplyReader:
         try:
             kernel = parse(text, self.machine)
         except ParseError as e:
-            return None, "parse_error", str(e)
+            return None, PARSE_ERROR, str(e)
         except StochoptError as e:  # a ConstraintError
-            return None, "invalid", str(e)
+            return None, INVALID, str(e)
         except Exception as e:  # the parser must never take the run down with it
-            return None, "parse_error", f"stochopt could not read this text " \
+            return None, PARSE_ERROR, f"stochopt could not read this text " \
                                         f"({type(e).__name__}: {str(e)[:200]})"
         return self.check(kernel)
 
@@ -151,10 +152,10 @@ class ReplyReader:
         try:
             check_signature(kernel, self.spec)
         except StochoptError as e:
-            return None, "invalid", str(e)
+            return None, INVALID, str(e)
         shape = kernel.output_type.shape
         if self.output_shape is not None and tuple(shape) != self.output_shape:
-            return None, "invalid", (f"the kernel returns shape {list(shape)}, the spec "
+            return None, INVALID, (f"the kernel returns shape {list(shape)}, the spec "
                                      f"{list(self.output_shape)}")
         return kernel, None, None
 

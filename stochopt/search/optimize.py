@@ -13,24 +13,25 @@ from stochopt.durations import parse_duration
 from stochopt.errors import StochoptError
 from stochopt.leir.parser import parse
 from stochopt.leir.render import render
-from stochopt.machine import PRESETS, load_machine
+from stochopt.machine import load_machine, run_machine
 from stochopt.rundir import (
     BASELINE_LEIR,
-    BEST_JSON,
     BEST_LEIR,
     CHECKPOINT_JSON,
-    COUNTEREXAMPLES,
+    PROOF_LOWERING,
     RUN_JSON,
+    SOURCE_START,
     SPEC_PY,
-    UNPROVED_LEIR,
+    START_INIT,
+    START_LOWERING,
     atomic_write,
     copy_spec,
     new_run_dir,
     read_json,
     write_json,
 )
+from stochopt.search.best_kernel import write_best
 from stochopt.search.chain import ChainConfig, check_search_config
-from stochopt.search.checks import LOWERING
 from stochopt.search.driver import RunResult, load_checkpoint, save_checkpoint
 from stochopt.search.proposers import check_proposer
 from stochopt.search.supervisor import supervise
@@ -39,11 +40,10 @@ from stochopt.spec import load_spec
 from stochopt.transform.weights import check_move_weights
 from stochopt.tuning.runs import prepare as prepare_tuning
 from stochopt.tuning.runs import starting_point, with_examples
-from stochopt.verify.check import certificate, check
+from stochopt.verify.check import check
 from stochopt.verify.screening import ScreeningSet
 
 MAX_RAY_CHAINS = 1024  # chains on a cluster (64 on one machine)
-INIT = "init"  # best.json's plan_start when the run started from an --init kernel
 
 
 def optimize(spec_path: str | None = None, *, budget: str | float = "10m",
@@ -163,21 +163,21 @@ def _setup(rd: Path, run: dict, spec, m, started: float) -> tuple[dict, str, str
         # candidates against. Checking it against itself would prove nothing about the
         # search and, on a large spec, take the first seconds of a short run's one check
         # worker (or the chain's path) away from the faster kernels the run finds.
-        _write_best(rd, start, spec, None, m, "start", proof=LOWERING, plan=[],
-                    plan_start=LOWERING)
+        write_best(rd, start, spec, None, m, SOURCE_START, proof=PROOF_LOWERING, plan=[],
+                   plan_start=START_LOWERING)
     elif warm is not None:  # proved by the run that found it (or checked again just now)
-        _write_best(rd, start, spec, warm[1], m, "start", plan=[], plan_start=INIT)
+        write_best(rd, start, spec, warm[1], m, SOURCE_START, plan=[], plan_start=START_INIT)
     elif run["check_workers"] == 0:
         deadline = time.monotonic() + run["budget_s"] - (time.time() - started)
         verdict = check(start, spec, machine=m, baseline=baseline, seed=run["seed"],
                         deadline=deadline)
         if not verdict.equivalent and not verdict.interrupted:
             _fail_start(verdict.counterexample.describe(), bool(run["init"]), spec.name)
-        _write_best(rd, start, spec, None if verdict.interrupted else verdict, m, "start",
-                    plan=[], plan_start=INIT)
+        write_best(rd, start, spec, None if verdict.interrupted else verdict, m, SOURCE_START,
+                   plan=[], plan_start=START_INIT)
     else:
-        _write_best(rd, start, spec, None, m, "start", plan=[],  # proved by the pool, soon
-                    plan_start=INIT)
+        write_best(rd, start, spec, None, m, SOURCE_START, plan=[],  # proved by the pool, soon
+                   plan_start=START_INIT)
     write_json(rd / RUN_JSON, run)
     state = {"elapsed_s": round(time.time() - started, 3), "proposals": 0, "chains": [],
              "finished": False, "best_cycles": cost(start, m).cycles, "tokens": 0,
@@ -199,7 +199,7 @@ def _remove_run_dir(rd: Path, keep_dir: bool) -> None:
 
 
 def _starting_kernels(spec, machine, init: str | None):
-    from stochopt.lower import lower
+    from stochopt.lower.lowering import lower
 
     try:
         baseline = lower(spec, machine)
@@ -244,54 +244,6 @@ def _versions() -> dict:
             "hypothesis": hypothesis.__version__, "python": platform.python_version()}
 
 
-def _write_best(rd: Path, kernel, spec, verdict, machine, source: str, t: float = 0.0,
-                chain: int | None = None, recheck: dict | None = None,
-                proof: str = "pending", plan: list | None = None,
-                plan_start: str | None = None) -> None:
-    """best.json first, then best.leir: the kernel file is the commit point. A verdict of
-    None marks the starting kernel: ``proof: pending`` while its own full check runs, or
-    ``proof: lowering`` when it is the spec's lowering, which needs none. ``plan`` is the
-    kernel's plan (plan_to_json; None: unknown) from the run's start, which
-    ``plan_start`` names: "lowering" or "init" (by default what best.json said)."""
-    if plan_start is None:
-        plan_start = read_json(rd / BEST_JSON).get("plan_start", LOWERING) \
-            if (rd / BEST_JSON).is_file() else LOWERING
-    profile = cost(kernel, machine)
-    facts = {"cycles": profile.cycles, "source": source, "t": t, "chain": chain,
-             "plan": plan, "plan_start": plan_start, "profile": profile.to_json()}
-    if verdict is None:
-        facts.update(verdict=None, certificate=None, proof=proof)
-    else:
-        facts.update(verdict=verdict if isinstance(verdict, dict) else verdict.to_json(),
-                     certificate=certificate(kernel, spec, _as_verdict(verdict), machine))
-    if recheck is not None:
-        facts["recheck"] = recheck
-    write_json(rd / BEST_JSON, facts)
-    atomic_write(rd / BEST_LEIR, render(kernel, machine))
-
-
-def _as_verdict(v):
-    from stochopt.verify.check import Verdict
-    if isinstance(v, Verdict):
-        return v
-    return Verdict(v["equivalent"], v["examples"], v["seed"],
-                   float(v["max_semantic_error"]), float(v["max_precision_error"]),
-                   coverage=v.get("coverage"))
-
-
-def write_unproved(rd: Path, found: dict, proved_cycles: int) -> dict:
-    """A faster kernel whose full check did not finish: unproved.leir, and a record in
-    best.json saying how to prove it (best.leir stays the proved best)."""
-    atomic_write(rd / UNPROVED_LEIR, found["text"])
-    record = {"cycles": found["cycles"], "path": str(rd / UNPROVED_LEIR),
-              "chain": found["chain"], "t": found["t"], "why": found["why"],
-              "prove": f"stochopt verify {rd / 'unproved.leir'} --spec {rd / 'spec.py'}",
-              "proved_best_cycles": proved_cycles}
-    best = read_json(rd / BEST_JSON)
-    write_json(rd / BEST_JSON, {**best, "unproved": record})
-    return record
-
-
 def _resume(rd: Path, progress, started: float, ray: str | None = None) -> RunResult:
     if not (rd / RUN_JSON).is_file():
         raise StochoptError(f"{rd} is not a run directory (no run.json)")
@@ -301,7 +253,7 @@ def _resume(rd: Path, progress, started: float, ray: str | None = None) -> RunRe
         write_json(rd / RUN_JSON, run)
     finished = (rd / CHECKPOINT_JSON).is_file() and load_checkpoint(rd).get("finished")
     if not finished and run.get("baseline_cycles") is None:  # stopped during its setup
-        m = _run_machine(run)
+        m = run_machine(run)
         spec = load_spec(rd / SPEC_PY, run.get("name"))
         state, start_text, baseline_text = _setup(rd, run, spec, m, started)
         return supervise(rd, run, state, start_text, baseline_text,
@@ -315,63 +267,5 @@ def _resume(rd: Path, progress, started: float, ray: str | None = None) -> RunRe
         raise StochoptError(f"run {rd} has no budget left")
     return supervise(rd, run, state, (rd / BEST_LEIR).read_text(),
                      (rd / BASELINE_LEIR).read_text(),
-                     with_examples(rd, run, run.get("llm"), _run_machine(run)), progress,
+                     with_examples(rd, run, run.get("llm"), run_machine(run)), progress,
                      started, state["elapsed_s"])
-
-
-def recheck_best(rd: Path, spec, machine, seed: int, baseline_text: str,
-                 earlier: list[dict], deadline: float | None = None) -> str | None:
-    """The final best is checked once more with a fresh seed; the verdict goes in
-    best.json. A kernel that fails here slipped through the full check: the next
-    fastest earlier best that passes the same re-check takes its place (else the
-    baseline), so that best.leir keeps its promise; the returned note says so.
-    ``deadline`` (time.monotonic) bounds it: a re-check cut short is recorded as such."""
-    best = read_json(rd / BEST_JSON)
-    if best.get("source") == "start" or "recheck" in best:
-        return None
-    baseline = parse(baseline_text, machine)
-    seed = seed + 104729
-
-    def recheck(kernel):
-        return check(kernel, spec, machine=machine, baseline=baseline, seed=seed,
-                     deadline=deadline)
-
-    verdict = recheck(parse((rd / BEST_LEIR).read_text(), machine))
-    if verdict.interrupted:
-        write_json(rd / BEST_JSON, {**best, "recheck": {
-            "finished": False, "seed": seed, "examples_done": verdict.examples}})
-        return ("the final re-check of the best kernel did not finish within the budget; "
-                f"run it with: stochopt verify {rd / 'best.leir'} --spec {rd / 'spec.py'} "
-                f"--seed {seed}")
-    if verdict.equivalent:
-        write_json(rd / BEST_JSON, {**best, "recheck": verdict.to_json()})
-        return None
-    bad = verdict.counterexample
-    bad.save(rd / COUNTEREXAMPLES / "recheck.npz")
-    failed = f"the best kernel ({best['cycles']} cycles) failed its final re-check: " \
-             f"{bad.describe()}; the failing input is in {bad.path}"
-    for entry in sorted(earlier, key=lambda e: e["cycles"]):
-        if entry["cycles"] <= best["cycles"]:
-            continue
-        kernel = parse(entry["text"], machine)
-        again = recheck(kernel)
-        if again.equivalent:
-            _write_best(rd, kernel, spec, entry["verdict"], machine, "search", entry["t"],
-                        entry["chain"], recheck=again.to_json(), plan=entry.get("plan"))
-            return f"{failed}; best.leir holds the fastest earlier best that passes it " \
-                   f"({entry['cycles']} cycles)"
-    base_verdict = check(baseline, spec, machine=machine, baseline=baseline, seed=seed,
-                         deadline=deadline)
-    from_lowering = best.get("plan_start", LOWERING) == LOWERING  # the baseline: its start
-    _write_best(rd, baseline, spec, None if base_verdict.interrupted else base_verdict,
-                machine, source="start", plan=[] if from_lowering else None)
-    return f"{failed}; no earlier best passes it, so best.leir is back to the baseline"
-
-
-def _run_machine(run: dict):
-    if run["machine_name"] in PRESETS:
-        return load_machine(run["machine_name"])
-    from stochopt.machine import machine_from_dict
-    data = dict(run["machine"])
-    data.pop("name", None)
-    return machine_from_dict({**data, "name": run["machine_name"]}, run["machine_name"])

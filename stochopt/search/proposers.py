@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from stochopt.errors import ConstraintError, ParseError, StochoptError
 from stochopt.leir.ir import Kernel
+from stochopt.rundir import INVALID, PARSE_ERROR, WRONG
 from stochopt.search.chain import Candidate
 from stochopt.transform.compound import propose_compound
 from stochopt.transform.lookahead import Lookahead
@@ -153,7 +154,7 @@ class ChainProposer:
                 return cand
             if self.arms == ["llm"]:  # take() waited for a reply until the run stopped
                 return Candidate("llm", "no_reply", error="the run stopped before a reply "
-                                 "came", outcome="invalid")
+                                 "came", outcome=INVALID)
             # no reply ready yet: another arm, by its share, keeps the chain busy (the llm
             # arm is charged only for its candidates, so its score does not fall while
             # none arrive: always mutating here starved the rewrite arm)
@@ -167,15 +168,15 @@ class ChainProposer:
                                                      self._applicable(kernel, arm))
             except ParseError as e:
                 return Candidate(arm, getattr(e, "move", "?"), error=str(e),
-                                 outcome="parse_error")
+                                 outcome=PARSE_ERROR)
             except ConstraintError as e:
-                return Candidate(arm, getattr(e, "move", "?"), error=str(e), outcome="invalid")
+                return Candidate(arm, getattr(e, "move", "?"), error=str(e), outcome=INVALID)
             if proposed is not None:
                 return Candidate(arm, move, proposed, steps=steps,
                                  units=plan_units(steps) if steps else 1.0)
             if attempt >= 3:
                 arm = "mutate"  # nothing of this proposer applies to the current kernel
-        return Candidate(arm, "none", error="no move applies", outcome="invalid")
+        return Candidate(arm, "none", error="no move applies", outcome=INVALID)
 
     def _applicable(self, kernel: Kernel, arm: str) -> list | None:
         """The rules that apply to the kernel, with their sites, found once per kernel:
@@ -197,7 +198,7 @@ class ChainProposer:
         units = max(1.0, LOOKAHEAD_UNIT * found.units)
         if found.kernel is None:
             return Candidate("lookahead", "none", error="every end point the lookahead "
-                             "reaches from here was proposed already", outcome="invalid",
+                             "reaches from here was proposed already", outcome=INVALID,
                              units=units)
         move = "+".join(s.rule for s in found.steps)
         return Candidate("lookahead", move, found.kernel, steps=found.steps, units=units)
@@ -214,7 +215,7 @@ class ChainProposer:
         wrong values and the bandit's scores."""
         if cand.proposer == "llm" and self.llm is not None:
             self.llm.record(event, cand)  # outcomes and counterexamples feed the next prompt
-        if self.lookahead is not None and event["outcome"] == "wrong" and \
+        if self.lookahead is not None and event["outcome"] == WRONG and \
                 cand.steps is not None and cand.kernel is not None:
             wrong = self.lookahead.wrong_values  # a screening verdict is one of values
             if len(wrong) >= WRONG_KEPT:

@@ -7,6 +7,7 @@ import time
 from collections import deque
 
 from stochopt.llm.yields import LiveYield
+from stochopt.rundir import BEST, TAKEN
 from stochopt.tuning.runs import start_line
 
 KEEP_BESTS = 5  # verified bests the checkpoint keeps for the final re-check to fall back on
@@ -55,7 +56,7 @@ class RunStats:
 
     def add(self, e: dict) -> None:
         self.proposals += 1
-        if e["outcome"] in ("accepted", "best"):
+        if e["outcome"] in TAKEN:
             self.accepted += 1
         self.tokens += e.get("tokens") or 0
         self.cost_usd += e.get("cost_usd") or 0.0
@@ -73,8 +74,8 @@ class RunStats:
         counts[e["outcome"]] = counts.get(e["outcome"], 0) + 1
         move = self.moves.setdefault((e["proposer"], e.get("move") or "?"), [0, 0, 0])
         move[0] += 1
-        move[1] += e["outcome"] in ("accepted", "best")
-        move[2] += e["outcome"] == "best"
+        move[1] += e["outcome"] in TAKEN
+        move[2] += e["outcome"] == BEST
         now = time.time()
         if self.recent and now - self.recent[-1][0] < 0.25:
             self.recent[-1][1] += 1

@@ -21,18 +21,28 @@ from pathlib import Path
 from stochopt.errors import StochoptError
 from stochopt.leir.parser import parse
 from stochopt.llm.yields import read_transcripts, yield_table
+from stochopt.machine import run_machine
 from stochopt.rundir import (
+    ACCEPTED,
+    BEST,
     BEST_JSON,
     BEST_LEIR,
     EVENTS_JSONL,
     LLM_TRANSCRIPTS,
+    PROOF_LOWERING,
+    PROOF_UNFINISHED,
     RUN_JSON,
+    SOURCE_SEARCH,
+    SOURCE_START,
     SPEC_PY,
+    UNPROVED,
+    WRONG,
     read_json,
     write_json,
 )
+from stochopt.search.best_kernel import recheck_best, write_best, write_unproved
 from stochopt.search.chain import ChainConfig
-from stochopt.search.checks import LOWERING, START, CheckerJob, CheckPool, Pending
+from stochopt.search.checks import START, CheckerJob, CheckPool, Pending
 from stochopt.search.driver import Job, RunResult, save_checkpoint
 from stochopt.search.event_log import BoundedEventLog
 from stochopt.search.executor import make_executor
@@ -60,10 +70,9 @@ def finish_reserve(budget_s: float, longest_check_s: float) -> float:
 def supervise(rd: Path, run: dict, state: dict, start_text: str, baseline_text: str,
               llm: dict | None, progress, started: float, previous_s: float) -> RunResult:
     """Run the chains and the checks until the budget is spent; finish and report."""
-    from stochopt.search.optimize import _run_machine
     from stochopt.spec import load_spec
 
-    machine = _run_machine(run)
+    machine = run_machine(run)
     spec = load_spec(rd / SPEC_PY, run.get("name"))
     # the run's clock started when this session did, less the sessions before a resume
     t0 = started - previous_s
@@ -184,7 +193,7 @@ class _RunState:
         self.pool: CheckPool | None = None
         self.executor = None   # where the chains run (stochopt/search/executor.py)
         best = read_json(rd / BEST_JSON)
-        proved = best.get("verdict") is not None or best.get("proof") == LOWERING
+        proved = best.get("verdict") is not None or best.get("proof") == PROOF_LOWERING
         self.proved_cycles: float = best["cycles"] if proved else math.inf
         self.proved_text = (rd / BEST_LEIR).read_text()
         # the best's plan from the run's start (None: unknown, or a run directory older
@@ -222,7 +231,7 @@ class _RunState:
             return
         self.pool.make_way()
         for moot in self.pool.dispatch(self.proved_cycles):
-            self._settle(moot, "accepted", "a faster kernel was proved before its check")
+            self._settle(moot, ACCEPTED, "a faster kernel was proved before its check")
         undecided = self.pool.undecided()
         self.stats.checking = len(undecided)
         self.stats.fastest_found = undecided[0].cycles if undecided else None
@@ -285,11 +294,11 @@ class _RunState:
         if pending.cycles >= min(self.proved_cycles,
                                  fastest.cycles if fastest else math.inf):
             # another chain got there first: the chain moved to it, nothing more
-            self._settle(pending, "accepted", "a kernel as fast was already found")
+            self._settle(pending, ACCEPTED, "a kernel as fast was already found")
             return
         facts = self.proofs.earlier(parse(pending.text, self.machine))
         if facts is not None:  # the same values as a kernel proved before: no new check
-            pending.event.update(outcome="best", proved_earlier=facts["value_graph"])
+            pending.event.update(outcome=BEST, proved_earlier=facts["value_graph"])
             pending.event.pop("check", None)
             self._log(pending.event)
             self._proved(pending.text, pending.cycles, facts, pending.chain, pending.t,
@@ -307,7 +316,7 @@ class _RunState:
         if check_id == START:
             self._start_verdict(pending, facts, interrupted)
         elif facts["equivalent"]:
-            pending.event["outcome"] = "best"
+            pending.event["outcome"] = BEST
             self._log(pending.event)
             facts = self.proofs.record(parse(pending.text, self.machine), facts)
             self._proved(pending.text, pending.cycles, facts, pending.chain, pending.t,
@@ -315,35 +324,33 @@ class _RunState:
         elif interrupted:
             self._cut(pending)
         else:
-            self._settle(pending, "wrong", facts.get("description"), counterexample=True)
+            self._settle(pending, WRONG, facts.get("description"), counterexample=True)
             self.executor.send(pending.chain, ("refuted", path))
         self._announce()
 
     def _start_verdict(self, pending: Pending, facts: dict, interrupted: bool) -> None:
-        from stochopt.search.optimize import _write_best
         if interrupted:
             best = read_json(self.rd / BEST_JSON)
-            if best.get("source") == "start":
-                write_json(self.rd / BEST_JSON, {**best, "proof": "unfinished"})
+            if best.get("source") == SOURCE_START:
+                write_json(self.rd / BEST_JSON, {**best, "proof": PROOF_UNFINISHED})
         elif not facts["equivalent"]:
             self.fatal = (f"the starting kernel is not equivalent to spec {self.spec.name}: "
                           f"{facts.get('description')}",
                           "fix the --init kernel" if self.run.get("init")
                           else "this is a lowering bug: please report it")
         elif self.proved_cycles == math.inf:
-            _write_best(self.rd, parse(pending.text, self.machine), self.spec, facts,
-                        self.machine, "start", plan=[])
+            write_best(self.rd, parse(pending.text, self.machine), self.spec, facts,
+                       self.machine, SOURCE_START, plan=[])
             self.proved_cycles = pending.cycles
             self.tuning.best(self.rd)
 
     def _proved(self, text: str, cycles: int, facts: dict, chain: int,
                 t: float | None = None, plan: list | None = None) -> None:
-        from stochopt.search.optimize import _write_best
         if cycles >= self.proved_cycles:
             return
         t = self.stats.elapsed() if t is None else t
-        _write_best(self.rd, parse(text, self.machine), self.spec, facts, self.machine,
-                    "search", t, chain, plan=plan)
+        write_best(self.rd, parse(text, self.machine), self.spec, facts, self.machine,
+                   SOURCE_SEARCH, t, chain, plan=plan)
         self.tuning.best(self.rd)
         self.proved_cycles, self.proved_text, self.proved_plan = cycles, text, plan
         self.stats.best_cycles = cycles
@@ -366,7 +373,7 @@ class _RunState:
              "the run ended") -> None:
         self.unproved.append({"cycles": pending.cycles, "text": pending.text,
                               "chain": pending.chain, "t": pending.t, "why": why})
-        self._settle(pending, "unproved", why)
+        self._settle(pending, UNPROVED, why)
 
     # -- the end ----------------------------------------------------------------------
     def checkpoint(self, finished: bool, pending: list[Pending] | None = None,
@@ -389,14 +396,13 @@ class _RunState:
     def finish(self, why: str, signum: int | None, baseline_text: str) -> RunResult:
         """Settle every undecided candidate, checkpoint, re-check the best (within the
         budget) and name a faster unproved kernel."""
-        from stochopt.search.optimize import recheck_best
         undecided = self.pool.undecided() if self.pool is not None else []
         interrupted = why == "interrupted"
         for pending in undecided:
             if pending.check_id == START:
                 self._start_verdict(pending, {}, True)
             elif pending.cycles >= self.proved_cycles:
-                self._settle(pending, "accepted", "a faster kernel was proved before its "
+                self._settle(pending, ACCEPTED, "a faster kernel was proved before its "
                              "check")
             elif not interrupted:  # an interrupted run keeps them for --resume
                 self._cut(pending, "the run ended before its full check finished")
@@ -419,13 +425,12 @@ class _RunState:
         return self._result(why, signum)
 
     def _result(self, why: str, signum: int | None) -> RunResult:
-        from stochopt.search.optimize import write_unproved
         best = read_json(self.rd / BEST_JSON)
         found = min(self.unproved, key=lambda u: u["cycles"], default=None)
         record = None
         if found is not None and found["cycles"] < best["cycles"]:
             record = write_unproved(self.rd, found, best["cycles"])
-        lowering = best.get("proof") == LOWERING
+        lowering = best.get("proof") == PROOF_LOWERING
         if best.get("proof") is not None and not lowering:
             self.stats.notes.append("the starting kernel's own full check did not finish "
                                     "within the budget: best.leir is unproved")

@@ -25,9 +25,9 @@ from typing import Any
 
 from stochopt.errors import StochoptError
 from stochopt.leir.ir import Kernel
+from stochopt.transform.choice import weighted_choice
 from stochopt.transform.pattern import Match, Rule
 from stochopt.transform.plan import RULES_BY_NAME, Step, applicable, apply_at, propose_step
-from stochopt.transform.weights import weighted_choice
 
 # rule -> the rules that naturally follow it, applied in this order where they connect
 FOLLOW_UPS: dict[str, tuple[str, ...]] = {

@@ -15,8 +15,8 @@ from stochopt.leir.ir import Kernel, Node
 from stochopt.leir.layout import LEVELS, Factor, Layout
 from stochopt.leir.ops import OPS, layout_ops, siblings
 from stochopt.leir.rules import make_layout
+from stochopt.transform.choice import weighted_choice
 from stochopt.transform.edit import edited, insert, remap, replace_uses, shifted
-from stochopt.transform.weights import weighted_choice
 
 
 def _pick(rng: random.Random, kernel: Kernel, ops: tuple[str, ...] | None = None,

@@ -25,9 +25,9 @@ from stochopt.backend.cost import cost
 from stochopt.errors import StochoptError
 from stochopt.leir.ir import Kernel
 from stochopt.leir.render import expression, value_names
+from stochopt.transform.choice import weighted_choice
 from stochopt.transform.pattern import Match, Rule
 from stochopt.transform.rewrite import RULES
-from stochopt.transform.weights import weighted_choice
 
 RULES_BY_NAME: dict[str, Rule] = {r.name: r for r in RULES}
 MAX_PLAN_STEPS = 8
@@ -233,6 +233,15 @@ def propose_step(kernel: Kernel, rng: random.Random, machine,
     except StochoptError as e:
         e.move = rule.name
         raise
+
+
+def propose_rewrite(kernel: Kernel, rng: random.Random, machine,
+                    weights: Mapping[str, float] | None = None) -> tuple[str, Kernel | None]:
+    """Apply a random rule (drawn by weight among those that apply) at a random place:
+    (its name, the kernel, or None where it declines). The draw is propose_step's, which
+    also names the step."""
+    step, out = propose_step(kernel, rng, machine, weights)
+    return ("none", None) if step is None else (step.rule, out)
 
 
 # -- the menu: what applies to a kernel now, numbered ----------------------------------

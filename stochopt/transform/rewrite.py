@@ -13,7 +13,7 @@ each keeps meaning through the verifier.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import replace
 
 from stochopt.errors import StochoptError
@@ -259,13 +259,3 @@ def rewrites(kernel: Kernel, machine, rng: random.Random | None = None
                 yield r, r.apply(kernel, site, machine, rng)
             except StochoptError as e:
                 yield r, e
-
-
-def propose_rewrite(kernel: Kernel, rng: random.Random, machine,
-                    weights: Mapping[str, float] | None = None) -> tuple[str, Kernel | None]:
-    """Apply a random rule (drawn by weight among those that apply) at a random place:
-    (its name, the kernel, or None where it declines). The draw is plan.propose_step's,
-    which also names the step."""
-    from stochopt.transform.plan import propose_step  # plan.py reads RULES from here
-    step, out = propose_step(kernel, rng, machine, weights)
-    return ("none", None) if step is None else (step.rule, out)

@@ -22,6 +22,12 @@ from stochopt.rundir import (
     BEST_LEIR,
     COUNTEREXAMPLES,
     EXAMPLES_JSON,
+    SOURCE_SEARCH,
+    SOURCE_START,
+    START_DATABASE,
+    START_INIT,
+    START_LOWERING,
+    START_TRANSFER,
     WARM_START_LEIR,
     atomic_write,
     read_json,
@@ -82,7 +88,7 @@ def starting_point(rd: Path, run: dict, spec, machine, baseline, screening,
     tuning = run.get("tuning") or {}
     if not tuning.get("db") or run.get("init") is not None:
         return None  # no database, or the user chose the start
-    tuning["start"] = "lowering"
+    tuning["start"] = START_LOWERING
     if tuning.get("cold"):
         return None
     try:
@@ -153,7 +159,7 @@ def _warm(store: TuningDB, rd: Path, run: dict, row: dict, machine, kernel, verd
     atomic_write(path, row["text"])
     run["init"] = str(path.resolve())
     origin = store.run(row["run"])
-    run["tuning"].update(start="database", warm_start={
+    run["tuning"].update(start=START_DATABASE, warm_start={
         "kernel": row["uid"], "cycles": cost(kernel, machine).cycles,
         "run_dir": origin["run_dir"] if origin else None, "found": row["created"],
         "plan": row["plan"], "rechecked": rechecked})
@@ -172,7 +178,7 @@ def _transfer(store: TuningDB, run: dict, spec, machine, baseline, own: list[dic
     run["tuning"]["transfer"] = {"from": found["from"],
                                  "move_weights": found["move_weights"]}
     if found["seed_plans"]:
-        run["tuning"]["start"] = "transfer"
+        run["tuning"]["start"] = START_TRANSFER
 
 
 def start_line(tuning: dict | None) -> str | None:
@@ -318,7 +324,7 @@ def run_row(rd: Path, run: dict, uid: str) -> dict:
             "machine": tuning["machine_fingerprint"], "run_dir": str(rd.resolve()),
             "host": run.get("host") or "", "started": run["started"],
             "seed": run.get("seed"), "budget_s": run.get("budget_s"),
-            "start": tuning.get("start") or ("init" if run.get("init") else "lowering"),
+            "start": tuning.get("start") or (START_INIT if run.get("init") else START_LOWERING),
             "warm_from": warm.get("kernel"), "baseline": baseline,
             "baseline_cycles": run.get("baseline_cycles"),
             "bound_cycles": run.get("bound_cycles"), "stochopt_version": __version__}
@@ -334,7 +340,7 @@ def kernel_row(rd: Path, run: dict, run_uid: str, best: dict | None = None,
     tuning = run.get("tuning") or {}
     if not verdict or not verdict.get("equivalent"):
         return None
-    if best.get("source") == "start" and tuning.get("start") == "database":
+    if best.get("source") == SOURCE_START and tuning.get("start") == START_DATABASE:
         return None  # the warm start: the database has it, from the run that found it
     text = (rd / BEST_LEIR).read_text() if text is None else text
     certificate = best.get("certificate") or {}
@@ -367,9 +373,9 @@ def plan_from_lowering(best: dict, run: dict) -> list | None:
     if plan is None:
         return None
     warm = (run.get("tuning") or {}).get("warm_start")
-    if start == "init" and warm is not None and warm.get("plan") is not None:
+    if start == START_INIT and warm is not None and warm.get("plan") is not None:
         plan = warm["plan"] + plan
-    elif start != "lowering":
+    elif start != START_LOWERING:
         return None
     try:
         return plan_to_json(plan_from_json(plan))
@@ -403,7 +409,8 @@ def remember_run_dir(store: TuningDB, rd: Path) -> dict:
     checkpoint = read_json(rd / CHECKPOINT_JSON) if (rd / CHECKPOINT_JSON).is_file() else {}
     rows = [kernel_row(rd, run, uid)] + [
         kernel_row(rd, run, uid, {"verdict": b["verdict"], "cycles": b["cycles"],
-                                  "source": "search", "t": b.get("t"), "chain": b.get("chain")},
+                                  "source": SOURCE_SEARCH, "t": b.get("t"),
+                                  "chain": b.get("chain")},
                    b["text"]) for b in checkpoint.get("bests", [])]
     for row in rows:
         added["kernels"] += row is not None and store.add_kernel(row)

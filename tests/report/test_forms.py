@@ -14,9 +14,10 @@ from click.testing import CliRunner
 from rich.console import Console
 
 from stochopt.cli import main
-from stochopt.report.facts import format_share, format_speedup, format_usd, run_facts
+from stochopt.report.facts import run_facts
 from stochopt.report.html import render_html
 from stochopt.report.terminal import report_view
+from stochopt.report.words import format_share, format_speedup, format_usd
 
 
 def terminal_text(facts: dict, width: int = 120) -> str:

@@ -17,8 +17,9 @@ from stochopt.machine import MNCORE2
 from stochopt.search.chain import Candidate, Chain, ChainConfig
 from stochopt.search.proposers import ChainProposer
 from stochopt.search.tempering import Tempering, beta_ladder, swap_probability
+from stochopt.transform.choice import weighted_choice
 from stochopt.transform.mutate import MOVES
-from stochopt.transform.weights import check_move_weights, weighted_choice
+from stochopt.transform.weights import check_move_weights
 
 ROOT = Path(__file__).resolve().parents[2]
 TRIALS = 4000

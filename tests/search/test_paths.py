@@ -144,7 +144,7 @@ def test_a_run_from_an_init_kernel_starts_its_plans_there(tmp_path, softmax):
 
 def test_the_rewrite_proposer_draws_as_before(softmax):
     """Naming the step changed no draw: propose_rewrite and the rewrite arm agree."""
-    from stochopt.transform.rewrite import propose_rewrite
+    from stochopt.transform.plan import propose_rewrite
     _, baseline = softmax
     run = chain_of(softmax, ["rewrite"], fixpoint_first=False)
     for seed in range(12):

@@ -11,7 +11,7 @@ from stochopt.backend.cost import cost
 from stochopt.leir import parse, render
 from stochopt.lower import lower
 from stochopt.machine import MNCORE2
-from stochopt.search.optimize import _write_best, recheck_best
+from stochopt.search.best_kernel import recheck_best, write_best
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = (ROOT / "docs" / "examples" / "softmax_fast.leir").read_text().replace(
@@ -27,7 +27,7 @@ def run_dir(tmp_path):
     baseline = lower(spec)
     (tmp_path / "counterexamples").mkdir()
     # a best that (as if by a lucky full check) was written as verified
-    _write_best(tmp_path, parse(WRONG), spec, PASSED, MNCORE2, "search", 3.0, 0)
+    write_best(tmp_path, parse(WRONG), spec, PASSED, MNCORE2, "search", 3.0, 0)
     return tmp_path, spec, render(baseline)
 
 

@@ -13,7 +13,7 @@ from stochopt.lower import lower
 from stochopt.machine import MNCORE2
 from stochopt.transform import plan as P
 from stochopt.transform.greedy import descend
-from stochopt.transform.rewrite import propose_rewrite
+from stochopt.transform.plan import propose_rewrite
 from stochopt.verify import check
 from stochopt.verify.screening import ScreeningSet
 

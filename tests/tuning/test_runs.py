@@ -12,7 +12,7 @@ from stochopt.backend.cost import cost
 from stochopt.errors import StochoptError
 from stochopt.leir.render import render
 from stochopt.rundir import BEST_JSON, WARM_START_LEIR, atomic_write
-from stochopt.search.optimize import _write_best
+from stochopt.search.best_kernel import write_best
 from stochopt.transform.plan import plan_to_json, replay_plan
 from stochopt.tuning.fingerprints import machine_print, spec_print, verifier_version
 from stochopt.tuning.runs import (
@@ -167,7 +167,7 @@ def finished_run(tmp_path, spec, kernel, verdict=VERDICT, **best) -> tuple:
     rd = tmp_path / "run"
     (rd / "counterexamples").mkdir(parents=True, exist_ok=True)
     atomic_write(rd / "baseline.leir", render(softmax_at(16, 512)[1], SMALL))
-    _write_best(rd, kernel, spec, verdict, SMALL, "search", 3.0, 1)
+    write_best(rd, kernel, spec, verdict, SMALL, "search", 3.0, 1)
     if best:
         path = rd / BEST_JSON
         path.write_text(json.dumps({**json.loads(path.read_text()), **best}))
@@ -226,7 +226,7 @@ def test_a_best_that_failed_the_final_recheck_is_refuted(tmp_path):
     _, rd, recorder = recording(tmp_path)
     recorder.best(rd)
     # the re-check failed: best.leir went back to the baseline, a counterexample was kept
-    _write_best(rd, baseline, spec, VERDICT, SMALL, "start")
+    write_best(rd, baseline, spec, VERDICT, SMALL, "start")
     (rd / "counterexamples" / "recheck.npz").write_bytes(b"inputs")
     recorder.end(rd, "budget")
     with TuningDB(tmp_path / "t.db") as db:
