@@ -294,12 +294,18 @@ class _Search:
 
     def _directions(self, index: int):
         """(input, move, values) for every input the target reads: two of the kernel's
-        thresholds (they may be on another scale than this input), then the rest of
-        the move's values coarse to fine."""
+        thresholds (they may be on another scale than this input; for a count held in
+        bf16, the least count it rounds), then the rest of the move's values coarse to
+        fine."""
+        target = self.coverage.targets[index]
+        counting = target.kind == "cast" and target.right == BF16_WHOLE
         for name in self.depends[index]:
             kinds = MASK_MOVES if self.spec.inputs[name].dtype == "bool" else FLOAT_MOVES
             for kind in kinds:
                 first = thresholds(self.spec, name, kind, self.constants)[:2]
+                if counting and kind in ("ties", "kept"):
+                    # a count held in bf16: first the least count it rounds (257)
+                    first = [BF16_WHOLE + 1.0]
                 rest = [v for v in parameters(self.spec, name, kind, self.constants)
                         if v not in first]
                 yield name, kind, first + _coarse_to_fine(rest)

@@ -16,7 +16,8 @@ fits, always inside the spec's declared ranges:
     equal_rows      every row the same
     shifted_rows    every row the first row plus its own offset
     rolled_rows     every row the first row rolled by its index
-    row_ties        each row's max and min repeated k times
+    row_ties        each row's max repeated k times (up to the whole row), its min
+                    k times in the places left
     kept_per_row    bool: exactly k true per row, k log-spaced from 1 to all
     kept_per_column bool: exactly k true per column
     dropped_per_row bool: all but k true per row
@@ -131,14 +132,16 @@ def _signed_zeros(t: TensorSpec, rng, shape, lo: float, hi: float, u) -> np.ndar
 
 
 def _ties(u: np.ndarray, k: int, rng) -> np.ndarray:
-    """Each row's max and min copied to k places of the row (k >= 1)."""
+    """Each row's max copied to k places of the row (k >= 1, up to all of it), and its
+    min to k of the others, as many as there are: a count of ties at the max takes
+    every value from 1 to the whole row (past 256, where bf16 stops counting)."""
     rows, n = u.shape
     x = u.copy()
     order = np.argsort(rng.random((rows, n)), axis=1)
     top, bottom = u.max(axis=1, keepdims=True), u.min(axis=1, keepdims=True)
-    take = min(k, n // 2) if n > 1 else 1
+    take = min(k, n)
     np.put_along_axis(x, order[:, :take], top, axis=1)
-    np.put_along_axis(x, order[:, take:2 * take], bottom, axis=1)
+    np.put_along_axis(x, order[:, take:take + min(k, n - take)], bottom, axis=1)
     return x
 
 

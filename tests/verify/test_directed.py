@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from stochopt import spec, tensor
 from stochopt.leir import parse
 from stochopt.verify import certificate, check
 from stochopt.verify.backprop import Goal, backprop, realize
@@ -129,3 +130,28 @@ def test_a_dead_side_is_named_and_a_side_not_reached_is_a_warning(spec_and_basel
     (warning,) = coverage_warnings(missed)
     assert "line 8: gt(top, 60) below" in warning and "not tested" in warning
     assert coverage_warnings(verdict.coverage) == [] and verdict.warnings == []
+
+
+@spec(inputs={"x": tensor("f32", (8, 264), low=-10.0, high=10.0)})
+def ties_share(x):
+    top = np.where(x == x.max(axis=1, keepdims=True), 1.0, 0.0)
+    return top / top.sum(axis=1, keepdims=True)
+
+
+TIES_IN_BF16 = ('def kernel(x: "f32[8,264] @ dram") -> "f32[8,264] @ dram":\n'
+                '    xs = load(x, "(8,264)/((8_L2B),(264))")\n'
+                "    top = where(xs == reduce_max(xs, axis=1, keepdims=True), 1.0, 0.0)\n"
+                '    count = cast(reduce_sum(cast(top, "bf16"), axis=1, keepdims=True), "f32")\n'
+                "    return store(top / count)\n")
+
+
+def test_a_count_held_in_bf16_is_walked_to_the_least_count_it_rounds():
+    # the count of ties at the max: exact to 256, and 257 ties count 256
+    rng = np.random.default_rng(0)
+    x = {"x": rng.uniform(-10, 10, (8, 264))}
+    tied = move(ties_share, x, "x", "ties", 257.0, rng)["x"]
+    assert ((tied == tied.max(axis=1, keepdims=True)).sum(axis=1) == 257).all()
+    assert 257.0 in parameters(ties_share, "x", "ties", [])
+    verdict = check(parse(TIES_IN_BF16), ties_share, examples=20, seed=1)
+    assert not verdict.equivalent
+    assert verdict.counterexample.found_by.startswith("directed input: ties of x")
