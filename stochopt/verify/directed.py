@@ -386,6 +386,16 @@ def _wanted(target: Target, side: str, near: bool = False
             return [(target.left, (-BF16_WHOLE + 1, BF16_WHOLE - 1))]
         reach = BF16_WHOLE + 8 if near else np.inf
         return [(target.left, (BF16_WHOLE + 1, reach)), (target.left, (-reach, -BF16_WHOLE - 1))]
+    if target.kind == "guard":  # |x| against the guard, either sign
+        c = float(target.right)
+        eps = BAND * c / 2
+        if side == "band":
+            return [(target.left, (c - eps, c + eps)), (target.left, (-c - eps, -c + eps))]
+        if side == "below":
+            return [(target.left, (-c + eps, c - eps))] if not near else [
+                (target.left, (c / (1 + NEAR * BAND), c - eps))]
+        reach = c * (1 + NEAR * BAND) if near else np.inf
+        return [(target.left, (c + eps, reach)), (target.left, (-reach, -c - eps))]
     if type(target.left) is int and type(target.right) is not int:
         node, c = target.left, float(target.right)
     elif type(target.right) is int and type(target.left) is not int:

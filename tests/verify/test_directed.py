@@ -155,3 +155,22 @@ def test_a_count_held_in_bf16_is_walked_to_the_least_count_it_rounds():
     verdict = check(parse(TIES_IN_BF16), ties_share, examples=20, seed=1)
     assert not verdict.equivalent
     assert verdict.counterexample.found_by.startswith("directed input: ties of x")
+
+
+@spec(inputs={"x": tensor("f32", (8, 64), low=-10.0, high=10.0)})
+def unit_rows(x):
+    return x / np.maximum(np.sqrt((x * x).sum(axis=1, keepdims=True)), 1e-15)
+
+
+# the clamp as a guard under the root, its square: equal to 1e-20 wherever the norm is
+# above 1e-5, 41% off where it is 1e-15
+GUARD_SQUARED = ('def kernel(x: "f32[8,64] @ dram") -> "f32[8,64] @ dram":\n'
+                 '    xs = load(x, "(8,64)/((8_L2B),(64))")\n'
+                 "    ss = reduce_sum(xs * xs, axis=1, keepdims=True)\n"
+                 "    return store(xs * rsqrt(ss + 1e-30))\n")
+
+
+def test_a_guard_far_below_its_operand_is_driven_to_its_scale():
+    verdict = check(parse(GUARD_SQUARED), unit_rows, examples=20, seed=0)
+    assert not verdict.equivalent
+    assert "a guard 1e-30 against ss" in verdict.counterexample.found_by
