@@ -16,7 +16,8 @@ relations that softmax-like kernels rely on (docs/verification.md):
   the parts are slices of one value or separate values (the tiles of a flash-decoding
   kernel, each a matmul's result);
 - a row peak: x - (a bound whose parts include x's columns) is <= 0, and across the
-  parts of the bound it is 0 once per row; exp and positive scales keep it (at 1), so
+  parts of the bound it is 0 once per row (give or take an offset, x - (max - 16), or a
+  bf16 rounding of the max); exp and positive scales keep it (at 1), so
   the sums over parts that together cover the bound's parts add up to at least 1;
 - a share: x / (a sum of non-negative values whose parts include x's columns) lies in
   [0, 1] where the sum is positive;

@@ -10,14 +10,20 @@ known about how values relate, reasoning about *terms* rather than names:
   scores its max was taken of;
 - images: a value made from another by multiplying or dividing by a constant, adding
   one, or negating is an affine image s * v + o of it, so max(x) / c is the max of
-  x / c, and -min(-x) is max(x);
+  x / c, and -min(-x) is max(x); a value and a bound of an image with the same scale
+  and another offset differ by the offsets' gap (x - (max(x) - 16) is at most 16);
 - parts: some columns (along one axis) of the image of a value, in given rows; loads,
   stores, relayouts, slices and widening casts move a value's columns and rows but keep
   it the same value;
 - bounds: reduce_max / reduce_min / reduce_sum (of non-negative values) of a part, and
   maximum()/minimum()/add of bounds of one kind, are the max / min / sum over the union
-  of their parts (the tiles of a flash-decoding kernel, each its own matmul);
-- peaks: x - (a max bound over parts holding x) is at most 0 and, across the bound's
+  of their parts (the tiles of a flash-decoding kernel, each its own matmul); so is
+  maximum(bound, v) where v never wins (a running max started from -inf), a reduction
+  over groups of a reshape that splits the axis then over the groups, and a reduction
+  of a transposed value transposed back; a max or min rounded to a narrower float is
+  the bound within half an ulp (its spread);
+- peaks: x - (a max bound over parts holding x), or x + (a min bound of -x), is at
+  most 0 (the gap, the spread) and, across the bound's
   parts, 0 once per row; so is a tile's max minus the max over all tiles. Monotone maps
   (exp, positive scales) keep a peak, a non-negative factor scales it, and sums of
   peaked non-negative values over parts that together cover the bound are at least the
