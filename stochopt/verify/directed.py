@@ -31,6 +31,7 @@ import numpy as np
 from stochopt.spec import Spec
 from stochopt.verify import traced
 from stochopt.verify.backprop import Alternative, backprop, both, realize
+from stochopt.verify.boundary import exact_boundary
 from stochopt.verify.coverage import Coverage
 from stochopt.verify.decisions import BAND, BF16_WHOLE, Target
 from stochopt.verify.moves import (
@@ -118,6 +119,8 @@ class _Search:
                 self.side_cap = self.coverage.probes + max(1, left // (len(order) - k))
                 found = self._walk(index, side)
         self.side_cap = self.probes
+        if found is None:
+            found = self._equalities()
         if found is None:
             found = self._loop()
         return found if found is not None else self._other_values()
@@ -309,6 +312,33 @@ class _Search:
                 rest = [v for v in parameters(self.spec, name, kind, self.constants)
                         if v not in first]
                 yield name, kind, first + _coarse_to_fine(rest)
+
+    # -- the boundary itself ---------------------------------------------------------
+    def _equalities(self) -> tuple | None:
+        """Each comparison with a constant driven to equality in the native run
+        (boundary.py), from the input that came nearest; compared where reached."""
+        for index, target in enumerate(self.coverage.targets):
+            if target.kind != "compare" or self.exhausted or self.compared >= self.budget:
+                continue
+            node, c = ((target.left, target.right) if type(target.right) is not int
+                       else (target.right, target.left))
+            if type(node) is not int or type(c) is int:
+                continue
+            start = self._start(index, "band")
+            # the finest-grained inputs first: an f32 element lands on more values
+            names = sorted(self.deciding[index], key=lambda n: self.spec.inputs[n].dtype != "f32")
+            inputs = exact_boundary(self.kernel, self.spec, node, float(c), start, names,
+                                    self._spend)
+            if inputs is not None:
+                found = self._compare(inputs, f"directed input: {target.text} exactly at "
+                                              f"its constant (native)")
+                if found is not None:
+                    return found
+        return None
+
+    def _spend(self) -> bool:
+        self.coverage.probes += 1
+        return self.exhausted
 
     # -- AFL-style loop --------------------------------------------------------------
     def _loop(self) -> tuple | None:

@@ -11,6 +11,7 @@ from stochopt import spec, tensor
 from stochopt.leir import parse
 from stochopt.verify import certificate, check
 from stochopt.verify.backprop import Goal, backprop, realize
+from stochopt.verify.boundary import aligned_index
 from stochopt.verify.coverage import (
     Coverage,
     coverage_of,
@@ -174,3 +175,27 @@ def test_a_guard_far_below_its_operand_is_driven_to_its_scale():
     verdict = check(parse(GUARD_SQUARED), unit_rows, examples=20, seed=0)
     assert not verdict.equivalent
     assert "a guard 1e-30 against ss" in verdict.counterexample.found_by
+
+
+@spec(inputs={"x": tensor("f32", (8, 64), low=-3.0, high=3.0)})
+def soft_sign(x):
+    return np.tanh(2.0 * x + 0.1 * x * x * x)
+
+
+# tanh in two pieces split at z = 1 by two strict masks: at z == 1 exactly (native f32
+# only) neither piece is taken
+SPLIT = ('def kernel(x: "f32[8,64] @ dram") -> "f32[8,64] @ dram":\n'
+         '    xs = load(x, "(8,64)/((8_L2B),(64))")\n'
+         "    z = 2.0 * xs + 0.1 * xs * xs * xs\n"
+         '    below = cast(z < 1.0, "f32") * tanh(z)\n'
+         '    above = cast(z > 1.0, "f32") * (1.0 - 2.0 / (exp(2.0 * z) + 1.0))\n'
+         "    return store(below + above)\n")
+
+
+def test_a_comparison_is_driven_to_its_constant_exactly_in_the_native_run():
+    assert aligned_index((3, 5), (64,), (8, 64)) == (5,)
+    assert aligned_index((3, 5), (8, 1), (8, 64)) == (3, 0)
+    assert aligned_index((3, 5), (4,), (8, 64)) is None
+    verdict = check(parse(SPLIT), soft_sign, examples=20, seed=0)
+    assert not verdict.equivalent
+    assert "exactly at its constant" in verdict.counterexample.found_by
