@@ -15,7 +15,9 @@ After the fixed cases, for the decision targets of decisions.py:
    the inputs the decision reads, a few values of every direction (two of the kernel's
    thresholds first), then a golden-section search around the best of the nearest
    three directions (a band 1e-3 wide between two coarse values is found);
-4. an AFL-style loop: inputs that reached something new, mutated by one to three random
+4. the boundary itself (boundary.py): each comparison with a constant driven to
+   equality in the native run, by bisection over the floats of one input element;
+5. an AFL-style loop: inputs that reached something new, mutated by one to three random
    moves, kept when they reach something new; then step 2 for what they reached.
 
 Each try is a *probe*: only what the decision points read is emulated. A probe that
