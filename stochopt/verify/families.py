@@ -30,6 +30,11 @@ fits, always inside the spec's declared ranges:
 
 A link's pair is one of the pairs that fit, chosen by the recipe's seed, or the one
 named after a colon (`opposite:1`, the second pair).
+
+    corners         every row one sign pattern at the range's ends (lo or hi per
+                    column): drawn only for every float input at once, plain and under
+                    each link, so extremes meet (a query opposite every key reaches the
+                    least score the ranges allow)
 """
 
 from __future__ import annotations
@@ -52,6 +57,8 @@ FLOAT_FAMILIES = ("scaled", "mixed_scales", "signed_zeros", "spread", "integers"
 BOOL_FAMILIES = ("kept_per_row", "kept_per_column", "dropped_per_row")
 FAMILY_LINKS = ("mask_top_k", "mask_bottom_k", "query_equal", "query_opposite",
                 "query_orthogonal", "opposite")
+# families built only for every float input at once (strategies.family_recipes)
+JOINT_FAMILIES = ("corners",)
 
 
 def scales(t: TensorSpec) -> tuple[float, ...]:
@@ -117,6 +124,8 @@ def family_tensor(t: TensorSpec, pattern: str, parameter: float,
         x = u[0][(np.arange(n)[None, :] - np.arange(rows)[:, None]) % n]
     elif pattern == "row_ties":
         x = _ties(u, int(parameter), rng)
+    elif pattern == "corners":
+        x = np.repeat(np.where(rng.random((1, n)) < 0.5, lo, hi), rows, axis=0)
     else:
         raise ValueError(f"unknown family {pattern!r}")
     return np.clip(x, lo, hi).reshape(shape)
