@@ -9,12 +9,16 @@ divides by the wrong count: a wrong answer, not a rounding, however loose the ou
 tolerance.
 
 So a value is *counted* when it is a whole-number quantity by construction: a bool or
-i32 input, a whole-number constant, a cast of a counted value, and add, sub, mul, neg,
+i32 input, a whole-number constant that its dtype holds exactly, a cast of a counted
+value, and add, sub, mul, neg,
 abs, maximum, minimum, where (of counted branches), sums, maxima, minima, matmuls and
 the movement and shape ops of counted values (with whole-number literals). exact_output
 runs the kernel in exact mode except that counted values held in f32 or bf16 are
 computed as the hardware computes them: exactly while the dtype holds them, rounded
-where it cannot. Everything else stays exact.
+where it cannot. Everything else stays exact. A literal the dtype cannot hold (a -1e30
+sentinel, which f32 holds as -1.0000000150e30) is a magnitude, not a count: its own
+rounding is the literal's, in the spec's arithmetic as in the kernel's, and judging it
+exactly would refuse a select written as an additive bias, x + where(m, 0, -1e30).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import numpy as np
 from stochopt.backend.emulate import emulate
 from stochopt.leir.ir import Kernel
 from stochopt.leir.rules import Const
+from stochopt.leir.types import native_dtype
 from stochopt.verify import traced
 
 # ops whose result is a whole number when every tensor operand (and literal) is one
@@ -43,7 +48,7 @@ def counted_nodes(kernel: Kernel) -> frozenset[int]:
         if node.op == "input":
             whole.append(node.type.dtype in ("i32", "bool"))
         elif node.op == "full":
-            whole.append(float(node.attr("value")).is_integer())
+            whole.append(_whole(node.attr("value"), node.type.dtype))
         elif node.op == "cast" and node.attr("dtype") in ("i32", "bool"):
             whole.append(True)
         elif node.op in ("gt", "ge", "lt", "le", "eq"):
@@ -52,15 +57,18 @@ def counted_nodes(kernel: Kernel) -> frozenset[int]:
             tensors = node.inputs[1:] if node.op == "where" else node.inputs
             literals = [a for a in node.args if isinstance(a, Const)]
             whole.append(all(whole[a] for a in tensors) and all(
-                _whole(c.value) for c in literals))
+                _whole(c.value, node.type.dtype) for c in literals))
         else:
             whole.append(False)
     return frozenset(i for i, node in enumerate(kernel.nodes)
                      if whole[i] and node.type.dtype in FLOATS)
 
 
-def _whole(value) -> bool:
-    return isinstance(value, bool | int | np.integer) or float(value).is_integer()
+def _whole(value, dtype: str) -> bool:
+    """A whole number that the node's dtype holds exactly (any, for ints and bools)."""
+    if not (isinstance(value, bool | int | np.integer) or float(value).is_integer()):
+        return False
+    return dtype not in FLOATS or float(np.asarray(value, native_dtype(dtype))) == float(value)
 
 
 def exact_output(kernel: Kernel, inputs: Mapping[str, np.ndarray],

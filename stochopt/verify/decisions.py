@@ -15,6 +15,9 @@ whose sign says which way the decision goes:
                                  conditions' margins       one side (taken somewhere)
     cast to i32 or bool          x                         truncation, zero or not
     a count held in bf16         |x| - 256                 past bf16's whole numbers
+    x + c, c a guard far below   |x| - |c|                 the operand at the guard's
+      x's reach (an eps)                                   scale, where the guard
+                                                           changes the value
     reduce over some columns     max(rest) - max(these)    the rest holds the extreme
       of a value (a subset)      (min alike, sums by size)
 
@@ -41,6 +44,9 @@ BAND = 1e-3
 COMPARISONS = ("gt", "ge", "lt", "le", "eq")
 # where a bf16 count stops being exact
 BF16_WHOLE = 256.0
+# an added constant is a guard (an eps) when it is this far below its operand's reach,
+# and small itself (1 + exp(-z) is a sigmoid's denominator, not a guard)
+GUARD, GUARD_MAX = 1e-6, 1e-2
 
 
 @dataclass(frozen=True)
@@ -48,7 +54,7 @@ class Target:
     """One decision point of the candidate: its node and how to read its margin."""
     node: int
     op: str
-    kind: str            # "compare", "clamp", "select", "mask", "path", "cast", "subset"
+    kind: str  # "compare", "clamp", "select", "mask", "path", "cast", "subset", "guard"
     text: str            # what it is, in the kernel's terms ("line 7: lt(var, 1e-07)")
     left: int | float    # margin = left - right (a node's value or a number)
     right: int | float
@@ -92,7 +98,7 @@ def decision_targets(kernel: Kernel, baseline: Kernel | None,
     for i in range(len(kernel.nodes)):
         if _key(kernel, i) in known:
             continue
-        target = _target(kernel, i, counted, analysis.rel)
+        target = _target(kernel, i, counted, analysis)
         if target is not None:
             targets.append(replace(target, dead=_dead(target, analysis)))
     # a where whose condition is a comparison target of its own adds nothing
@@ -145,10 +151,11 @@ def _dead(target: Target, analysis) -> frozenset[str]:
         return intervals[v] if type(v) is int else (float(v), float(v))
 
     lo_a, hi_a = interval(target.left)
-    if target.kind == "cast" and target.right == BF16_WHOLE:
+    threshold = magnitude_threshold(target)
+    if threshold is not None:
         top = max(abs(lo_a), abs(hi_a))
         low = 0.0 if lo_a <= 0 <= hi_a else min(abs(lo_a), abs(hi_a))
-        lo, hi, size = low - BF16_WHOLE, top - BF16_WHOLE, BF16_WHOLE
+        lo, hi, size = low - threshold, top - threshold, threshold
     else:
         lo_b, hi_b = interval(target.right)
         lo, hi = lo_a - hi_b, hi_a - lo_b
@@ -167,6 +174,13 @@ def _dead(target: Target, analysis) -> frozenset[str]:
     if lo > BAND * size or hi < -BAND * size:
         dead.add("band")
     return frozenset(dead)
+
+
+def magnitude_threshold(target: Target) -> float | None:
+    """t where the margin is |x| - t (a count held in bf16, a guard), else None."""
+    if target.kind == "guard" or (target.kind == "cast" and target.right == BF16_WHOLE):
+        return float(target.right)
+    return None
 
 
 def _key(kernel: Kernel, i: int):
@@ -201,9 +215,10 @@ def _text(kernel: Kernel, i: int, what: str | None = None) -> str:
     return where + what
 
 
-def _target(kernel: Kernel, i: int, counted, relations) -> Target | None:
+def _target(kernel: Kernel, i: int, counted, analysis) -> Target | None:
     node = kernel.nodes[i]
     op = node.op
+    relations = analysis.rel
     if op in COMPARISONS:
         a, b = node.args
         return Target(i, op, "compare", _text(kernel, i), _operand(a), _operand(b))
@@ -222,6 +237,12 @@ def _target(kernel: Kernel, i: int, counted, relations) -> Target | None:
         subset = _subset(kernel, i, relations)
         if subset is not None:
             return subset
+    if op in ("add", "sub") and len(node.inputs) == 1 and node.type.dtype in ("f32", "bf16"):
+        c = next(abs(float(a.value)) for a in node.args if isinstance(a, Const))
+        reach = max(abs(v) for v in analysis.intervals[node.inputs[0]])
+        if 0 < c <= GUARD_MAX and c < GUARD * reach:  # x + eps: eps matters at its scale
+            what = f"{_text(kernel, i)}, a guard {c:g} against {_name(kernel, node.inputs[0])}"
+            return Target(i, op, "guard", what, node.inputs[0], c)
     if i in counted and node.type.dtype == "bf16":  # a count held in bf16: past 256?
         what = f"{_name(kernel, i)} = {node.op}(...), a count held in bf16"
         return Target(i, op, "cast", _text(kernel, i, what), i, BF16_WHOLE)
@@ -271,10 +292,14 @@ def margin(target: Target, values: dict[int, np.ndarray]) -> tuple[np.ndarray, n
                 m = np.where(np.broadcast_to(x != y, np.broadcast_shapes(
                     m.shape, np.shape(x), np.shape(y))), m, np.nan)
             return m, np.ones_like(m)
+        threshold = magnitude_threshold(target)
+        if threshold is not None:
+            x = value(target.left)
+            size = np.maximum(np.abs(x), threshold) if target.kind == "guard" else \
+                np.full_like(x, threshold)
+            return np.abs(x) - threshold, size
         if target.kind == "cast":
             x = value(target.left)
-            if target.right == BF16_WHOLE:
-                return np.abs(x) - BF16_WHOLE, np.full_like(x, BF16_WHOLE)
             return x, np.ones_like(x)
         if target.kind == "subset":
             return _subset_margin(target, value(target.base))

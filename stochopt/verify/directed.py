@@ -15,7 +15,9 @@ After the fixed cases, for the decision targets of decisions.py:
    the inputs the decision reads, a few values of every direction (two of the kernel's
    thresholds first), then a golden-section search around the best of the nearest
    three directions (a band 1e-3 wide between two coarse values is found);
-4. an AFL-style loop: inputs that reached something new, mutated by one to three random
+4. the boundary itself (boundary.py): each comparison with a constant driven to
+   equality in the native run, by bisection over the floats of one input element;
+5. an AFL-style loop: inputs that reached something new, mutated by one to three random
    moves, kept when they reach something new; then step 2 for what they reached.
 
 Each try is a *probe*: only what the decision points read is emulated. A probe that
@@ -31,6 +33,7 @@ import numpy as np
 from stochopt.spec import Spec
 from stochopt.verify import traced
 from stochopt.verify.backprop import Alternative, backprop, both, realize
+from stochopt.verify.boundary import exact_boundary
 from stochopt.verify.coverage import Coverage
 from stochopt.verify.decisions import BAND, BF16_WHOLE, Target
 from stochopt.verify.moves import (
@@ -118,6 +121,8 @@ class _Search:
                 self.side_cap = self.coverage.probes + max(1, left // (len(order) - k))
                 found = self._walk(index, side)
         self.side_cap = self.probes
+        if found is None:
+            found = self._equalities()
         if found is None:
             found = self._loop()
         return found if found is not None else self._other_values()
@@ -294,15 +299,48 @@ class _Search:
 
     def _directions(self, index: int):
         """(input, move, values) for every input the target reads: two of the kernel's
-        thresholds (they may be on another scale than this input), then the rest of
-        the move's values coarse to fine."""
+        thresholds (they may be on another scale than this input; for a count held in
+        bf16, the least count it rounds), then the rest of the move's values coarse to
+        fine."""
+        target = self.coverage.targets[index]
+        counting = target.kind == "cast" and target.right == BF16_WHOLE
         for name in self.depends[index]:
             kinds = MASK_MOVES if self.spec.inputs[name].dtype == "bool" else FLOAT_MOVES
             for kind in kinds:
                 first = thresholds(self.spec, name, kind, self.constants)[:2]
+                if counting and kind in ("ties", "kept"):
+                    # a count held in bf16: first the least count it rounds (257)
+                    first = [BF16_WHOLE + 1.0]
                 rest = [v for v in parameters(self.spec, name, kind, self.constants)
                         if v not in first]
                 yield name, kind, first + _coarse_to_fine(rest)
+
+    # -- the boundary itself ---------------------------------------------------------
+    def _equalities(self) -> tuple | None:
+        """Each comparison with a constant driven to equality in the native run
+        (boundary.py), from the input that came nearest; compared where reached."""
+        for index, target in enumerate(self.coverage.targets):
+            if target.kind != "compare" or self.exhausted or self.compared >= self.budget:
+                continue
+            node, c = ((target.left, target.right) if type(target.right) is not int
+                       else (target.right, target.left))
+            if type(node) is not int or type(c) is int:
+                continue
+            start = self._start(index, "band")
+            # the finest-grained inputs first: an f32 element lands on more values
+            names = sorted(self.deciding[index], key=lambda n: self.spec.inputs[n].dtype != "f32")
+            inputs = exact_boundary(self.kernel, self.spec, node, float(c), start, names,
+                                    self._spend)
+            if inputs is not None:
+                found = self._compare(inputs, f"directed input: {target.text} exactly at "
+                                              f"its constant (native)")
+                if found is not None:
+                    return found
+        return None
+
+    def _spend(self) -> bool:
+        self.coverage.probes += 1
+        return self.exhausted
 
     # -- AFL-style loop --------------------------------------------------------------
     def _loop(self) -> tuple | None:
@@ -380,6 +418,16 @@ def _wanted(target: Target, side: str, near: bool = False
             return [(target.left, (-BF16_WHOLE + 1, BF16_WHOLE - 1))]
         reach = BF16_WHOLE + 8 if near else np.inf
         return [(target.left, (BF16_WHOLE + 1, reach)), (target.left, (-reach, -BF16_WHOLE - 1))]
+    if target.kind == "guard":  # |x| against the guard, either sign
+        c = float(target.right)
+        eps = BAND * c / 2
+        if side == "band":
+            return [(target.left, (c - eps, c + eps)), (target.left, (-c - eps, -c + eps))]
+        if side == "below":
+            return [(target.left, (-c + eps, c - eps))] if not near else [
+                (target.left, (c / (1 + NEAR * BAND), c - eps))]
+        reach = c * (1 + NEAR * BAND) if near else np.inf
+        return [(target.left, (c + eps, reach)), (target.left, (-reach, -c - eps))]
     if type(target.left) is int and type(target.right) is not int:
         node, c = target.left, float(target.right)
     elif type(target.right) is int and type(target.left) is not int:

@@ -16,7 +16,8 @@ fits, always inside the spec's declared ranges:
     equal_rows      every row the same
     shifted_rows    every row the first row plus its own offset
     rolled_rows     every row the first row rolled by its index
-    row_ties        each row's max and min repeated k times
+    row_ties        each row's max repeated k times (up to the whole row), its min
+                    k times in the places left
     kept_per_row    bool: exactly k true per row, k log-spaced from 1 to all
     kept_per_column bool: exactly k true per column
     dropped_per_row bool: all but k true per row
@@ -29,6 +30,11 @@ fits, always inside the spec's declared ranges:
 
 A link's pair is one of the pairs that fit, chosen by the recipe's seed, or the one
 named after a colon (`opposite:1`, the second pair).
+
+    corners         every row one sign pattern at the range's ends (lo or hi per
+                    column): drawn only for every float input at once, plain and under
+                    each link, so extremes meet (a query opposite every key reaches the
+                    least score the ranges allow)
 """
 
 from __future__ import annotations
@@ -51,6 +57,8 @@ FLOAT_FAMILIES = ("scaled", "mixed_scales", "signed_zeros", "spread", "integers"
 BOOL_FAMILIES = ("kept_per_row", "kept_per_column", "dropped_per_row")
 FAMILY_LINKS = ("mask_top_k", "mask_bottom_k", "query_equal", "query_opposite",
                 "query_orthogonal", "opposite")
+# families built only for every float input at once (strategies.family_recipes)
+JOINT_FAMILIES = ("corners",)
 
 
 def scales(t: TensorSpec) -> tuple[float, ...]:
@@ -116,6 +124,8 @@ def family_tensor(t: TensorSpec, pattern: str, parameter: float,
         x = u[0][(np.arange(n)[None, :] - np.arange(rows)[:, None]) % n]
     elif pattern == "row_ties":
         x = _ties(u, int(parameter), rng)
+    elif pattern == "corners":
+        x = np.repeat(np.where(rng.random((1, n)) < 0.5, lo, hi), rows, axis=0)
     else:
         raise ValueError(f"unknown family {pattern!r}")
     return np.clip(x, lo, hi).reshape(shape)
@@ -131,14 +141,16 @@ def _signed_zeros(t: TensorSpec, rng, shape, lo: float, hi: float, u) -> np.ndar
 
 
 def _ties(u: np.ndarray, k: int, rng) -> np.ndarray:
-    """Each row's max and min copied to k places of the row (k >= 1)."""
+    """Each row's max copied to k places of the row (k >= 1, up to all of it), and its
+    min to k of the others, as many as there are: a count of ties at the max takes
+    every value from 1 to the whole row (past 256, where bf16 stops counting)."""
     rows, n = u.shape
     x = u.copy()
     order = np.argsort(rng.random((rows, n)), axis=1)
     top, bottom = u.max(axis=1, keepdims=True), u.min(axis=1, keepdims=True)
-    take = min(k, n // 2) if n > 1 else 1
+    take = min(k, n)
     np.put_along_axis(x, order[:, :take], top, axis=1)
-    np.put_along_axis(x, order[:, take:2 * take], bottom, axis=1)
+    np.put_along_axis(x, order[:, take:take + min(k, n - take)], bottom, axis=1)
     return x
 
 

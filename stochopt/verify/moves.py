@@ -14,6 +14,8 @@ parameter); the AFL-style loop draws moves and parameters at random.
     extreme     one element per row at low or high (at a random column)
     integers    x rounded to whole numbers
     copy_row    one row copied over another (equal rows, ties)
+    ties        each row's max copied to k places (k from 1 to the whole row: a count
+                of ties at the max past what bf16 counts)
     kept        exactly k true per row (masks)
     flip        a tenth of a mask's values flipped
     negate_from / copy_from    x = -y or y for an input y of the same shape
@@ -28,7 +30,7 @@ from stochopt.verify.families import KEPT
 from stochopt.verify.strategies import representable
 
 FLOAT_MOVES = ("fill", "fill_row", "fill_some", "scale", "spread", "shift", "extreme",
-               "integers", "copy_row", "negate_from", "copy_from")
+               "integers", "copy_row", "ties", "negate_from", "copy_from")
 MASK_MOVES = ("kept", "flip", "fill_row", "fill")
 SCALES = tuple(10.0 ** -k for k in (0.5, 1, 2, 3, 5, 8, 12, 20, 30, 37, 40, 44))
 
@@ -101,6 +103,9 @@ def move(spec: Spec, inputs: dict[str, np.ndarray], name: str, kind: str, value:
         rows[:] = np.rint(rows)
     elif kind == "copy_row":
         rows[r] = rows[rng.integers(rows.shape[0])]
+    elif kind == "ties":
+        rank = np.argsort(np.argsort(rng.random(rows.shape), axis=1), axis=1)
+        rows[:] = np.where(rank < int(value), rows.max(axis=1, keepdims=True), rows)
     elif kind in ("negate_from", "copy_from"):
         others = [n for n, y in inputs.items() if n != name and spec.inputs[n].dtype
                   in ("f32", "bf16") and np.shape(y) == x.shape]
@@ -127,10 +132,12 @@ def parameters(spec: Spec, name: str, kind: str, constants: list[float]) -> list
     smallest subnormals, both signs."""
     t = spec.inputs[name]
     lo, hi = t.bounds
+    n = t.shape[-1] if t.shape else 1
     if t.dtype == "bool":
-        n = t.shape[-1]
         return [float(k) for k in KEPT if k < n] + [float(n), 0.0] if kind == "kept" \
             else [1.0, 0.0]
+    if kind == "ties":
+        return [float(k) for k in KEPT if k < n] + [float(n)]
     if kind in ("fill", "fill_row", "fill_some"):
         magnitudes = [s * m for m in (hi, lo) for s in (1.0,) + SCALES]
         values = thresholds(spec, name, kind, constants) + [0.0, lo, hi, (lo + hi) / 2]

@@ -16,7 +16,8 @@ relations that softmax-like kernels rely on (docs/verification.md):
   the parts are slices of one value or separate values (the tiles of a flash-decoding
   kernel, each a matmul's result);
 - a row peak: x - (a bound whose parts include x's columns) is <= 0, and across the
-  parts of the bound it is 0 once per row; exp and positive scales keep it (at 1), so
+  parts of the bound it is 0 once per row (give or take an offset, x - (max - 16), or a
+  bf16 rounding of the max); exp and positive scales keep it (at 1), so
   the sums over parts that together cover the bound's parts add up to at least 1;
 - a share: x / (a sum of non-negative values whose parts include x's columns) lies in
   [0, 1] where the sum is positive;
@@ -196,7 +197,7 @@ class _Analysis:
         source_dtype = self.kernel.nodes[src].type.dtype
         widening = op != "cast" or source_dtype == node.type.dtype or (
             source_dtype == "bf16" and node.type.dtype == "f32")
-        self.rel.movement(i, node, widening)
+        self.rel.movement(i, node, widening, args[0])
         if op == "cast":
             return self._round(node, args[0][0], args[0][1], args)
         return args[0]
@@ -215,7 +216,7 @@ class _Analysis:
         if op in ("gt", "ge", "lt", "le", "eq"):
             return (0.0, 1.0)
         if op in ("maximum", "minimum"):
-            self.rel.combine(i, node)
+            self.rel.combine(i, node, args)
             pick = max if op == "maximum" else min
             return (pick(args[0][0], args[1][0]), pick(args[0][1], args[1][1]))
         if op in ("add", "sub"):
@@ -245,8 +246,8 @@ class _Analysis:
         if (a[1] == np.inf and b[0] == -np.inf) or (a[0] == -np.inf and b[1] == np.inf):
             self._hazard(NAN, node, args[0], "make nan (inf - inf)")
         lo, hi = a[0] + b[0], a[1] + b[1]
-        if node.op == "sub" and len(node.inputs) == 2:
-            limits = self.rel.shift(i, node, args[1])
+        if len(node.inputs) == 2:
+            limits = self.rel.shift(i, node, args)
             if limits is not None:
                 lo, hi = max(lo, limits[0]), min(hi, limits[1])
         if node.op == "add" and a[0] >= 0 and b[0] >= 0:

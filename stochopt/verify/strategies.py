@@ -19,6 +19,7 @@ from stochopt.verify.families import (
     BOOL_FAMILIES,
     FAMILY_LINKS,
     FLOAT_FAMILIES,
+    JOINT_FAMILIES,
     apply_link,
     family_tensor,
     link_pairs,
@@ -129,7 +130,7 @@ def hunting_recipes(spec: Spec) -> list[dict[str, Recipe]]:
     return out
 
 
-FAMILIES = FLOAT_FAMILIES + BOOL_FAMILIES
+FAMILIES = FLOAT_FAMILIES + BOOL_FAMILIES + JOINT_FAMILIES
 # of the examples, at most this share goes to the family cases (the rest is drawn)
 FAMILY_SHARE = 0.3
 
@@ -137,9 +138,11 @@ FAMILY_SHARE = 0.3
 def family_recipes(spec: Spec, seed: int, count: int) -> list[dict[str, Recipe]]:
     """Up to `count` family cases (families.py), the other inputs uniform (random masks):
     each family on each input that it fits, its parameter rotated by the seed ("scaled"
-    also at its deepest scales, subnormal values), every float input tiny at once, and
-    each link on each pair it fits. Taken family by family, each on the next input in
-    turn, so a short budget still sees every family once, on inputs the seed rotates."""
+    also at its deepest scales, subnormal values), every float input tiny at once, each
+    link on each pair it fits, and every float input at its corners at once (plain, then
+    under the links, opposite ones first). Taken family by family, each on the next
+    input in turn, so a short budget still sees every family once, on inputs the seed
+    rotates."""
     plain = {n: Recipe("random" if t.dtype == "bool" else "uniform", 4000 + 100 * j)
              for j, (n, t) in enumerate(spec.inputs.items())}
     by_family: dict[str, list[dict[str, Recipe]]] = {}
@@ -167,8 +170,20 @@ def family_recipes(spec: Spec, seed: int, count: int) -> list[dict[str, Recipe]]
             case[first] = Recipe(case[first].pattern, 6000 + 10 * i + p + seed,
                                  link=f"{link}:{p}")
             by_family.setdefault(link, []).append(case)
+    if floats:  # every float input at its corners at once, plain, then opposite links
+        # first: extremes that meet (queued last, so the other families keep their turn)
+        corners = dict(plain, **{name: Recipe("corners", 5950 + j + seed)
+                                 for j, name in enumerate(floats)})
+        cases = [corners]
+        for link in sorted(FAMILY_LINKS, key=lambda name: "opposite" not in name):
+            for p in range(len(link_pairs(spec, link))):
+                first = next(iter(corners))
+                cases.append(dict(corners, **{first: Recipe(
+                    corners[first].pattern, corners[first].seed, link=f"{link}:{p}")}))
+        by_family["all at corners"] = cases
     queues = [cases[seed % len(cases):] + cases[:seed % len(cases)]
-              for cases in by_family.values()]
+              if name != "all at corners" else cases
+              for name, cases in by_family.items()]
     out: list[dict[str, Recipe]] = []
     while len(out) < count and any(queues):
         for cases in queues:  # each family once per round

@@ -43,6 +43,20 @@ def test_counted_values_are_the_whole_number_quantities_in_float_types():
     assert not any(kernel.nodes[i].op == "div" for i in counted_nodes(kernel))
 
 
+def test_a_literal_its_dtype_cannot_hold_is_a_magnitude_not_a_count():
+    kernel = parse('def kernel(mask: "bool[32,1024] @ dram") -> "f32[32,1024] @ dram":\n'
+                   '    m = load(mask, "(32,1024)/((8_L2B,4_L1B),(1024))")\n'
+                   "    keep = where(m, 1.0, 0.0)\n"
+                   "    bias = where(m, 0.0, -1e+30)\n"
+                   '    wide = where(m, 0.0, cast(full((32, 1024), 257.0, "f32", '
+                   '"(32,1024)/((8_L2B,4_L1B),(1024))"), "bf16"))\n'
+                   "    return store(keep + bias + cast(wide, \"f32\"))\n")
+    names = {kernel.nodes[i].name for i in counted_nodes(kernel)}
+    # 1 and 0 are counts; -1e30 is not a whole number f32 holds (a sentinel); 257 is a
+    # count f32 holds, whose cast to bf16 rounds as the hardware rounds it
+    assert "keep" in names and "bias" not in names and "wide" in names
+
+
 def test_a_count_past_bf16s_whole_numbers_is_a_semantic_error():
     refused = check(parse(_kernel("bf16")), masked_mean, examples=20, seed=0)
     assert not refused.equivalent and refused.counterexample.mismatch.check == "semantics"

@@ -7,9 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from stochopt import spec, tensor
 from stochopt.leir import parse
 from stochopt.verify import certificate, check
 from stochopt.verify.backprop import Goal, backprop, realize
+from stochopt.verify.boundary import aligned_index
 from stochopt.verify.coverage import (
     Coverage,
     coverage_of,
@@ -129,3 +131,71 @@ def test_a_dead_side_is_named_and_a_side_not_reached_is_a_warning(spec_and_basel
     (warning,) = coverage_warnings(missed)
     assert "line 8: gt(top, 60) below" in warning and "not tested" in warning
     assert coverage_warnings(verdict.coverage) == [] and verdict.warnings == []
+
+
+@spec(inputs={"x": tensor("f32", (8, 264), low=-10.0, high=10.0)})
+def ties_share(x):
+    top = np.where(x == x.max(axis=1, keepdims=True), 1.0, 0.0)
+    return top / top.sum(axis=1, keepdims=True)
+
+
+TIES_IN_BF16 = ('def kernel(x: "f32[8,264] @ dram") -> "f32[8,264] @ dram":\n'
+                '    xs = load(x, "(8,264)/((8_L2B),(264))")\n'
+                "    top = where(xs == reduce_max(xs, axis=1, keepdims=True), 1.0, 0.0)\n"
+                '    count = cast(reduce_sum(cast(top, "bf16"), axis=1, keepdims=True), "f32")\n'
+                "    return store(top / count)\n")
+
+
+def test_a_count_held_in_bf16_is_walked_to_the_least_count_it_rounds():
+    # the count of ties at the max: exact to 256, and 257 ties count 256
+    rng = np.random.default_rng(0)
+    x = {"x": rng.uniform(-10, 10, (8, 264))}
+    tied = move(ties_share, x, "x", "ties", 257.0, rng)["x"]
+    assert ((tied == tied.max(axis=1, keepdims=True)).sum(axis=1) == 257).all()
+    assert 257.0 in parameters(ties_share, "x", "ties", [])
+    verdict = check(parse(TIES_IN_BF16), ties_share, examples=20, seed=1)
+    assert not verdict.equivalent
+    assert verdict.counterexample.found_by.startswith("directed input: ties of x")
+
+
+@spec(inputs={"x": tensor("f32", (8, 64), low=-10.0, high=10.0)})
+def unit_rows(x):
+    return x / np.maximum(np.sqrt((x * x).sum(axis=1, keepdims=True)), 1e-15)
+
+
+# the clamp as a guard under the root, its square: equal to 1e-20 wherever the norm is
+# above 1e-5, 41% off where it is 1e-15
+GUARD_SQUARED = ('def kernel(x: "f32[8,64] @ dram") -> "f32[8,64] @ dram":\n'
+                 '    xs = load(x, "(8,64)/((8_L2B),(64))")\n'
+                 "    ss = reduce_sum(xs * xs, axis=1, keepdims=True)\n"
+                 "    return store(xs * rsqrt(ss + 1e-30))\n")
+
+
+def test_a_guard_far_below_its_operand_is_driven_to_its_scale():
+    verdict = check(parse(GUARD_SQUARED), unit_rows, examples=20, seed=0)
+    assert not verdict.equivalent
+    assert "a guard 1e-30 against ss" in verdict.counterexample.found_by
+
+
+@spec(inputs={"x": tensor("f32", (8, 64), low=-3.0, high=3.0)})
+def soft_sign(x):
+    return np.tanh(2.0 * x + 0.1 * x * x * x)
+
+
+# tanh in two pieces split at z = 1 by two strict masks: at z == 1 exactly (native f32
+# only) neither piece is taken
+SPLIT = ('def kernel(x: "f32[8,64] @ dram") -> "f32[8,64] @ dram":\n'
+         '    xs = load(x, "(8,64)/((8_L2B),(64))")\n'
+         "    z = 2.0 * xs + 0.1 * xs * xs * xs\n"
+         '    below = cast(z < 1.0, "f32") * tanh(z)\n'
+         '    above = cast(z > 1.0, "f32") * (1.0 - 2.0 / (exp(2.0 * z) + 1.0))\n'
+         "    return store(below + above)\n")
+
+
+def test_a_comparison_is_driven_to_its_constant_exactly_in_the_native_run():
+    assert aligned_index((3, 5), (64,), (8, 64)) == (5,)
+    assert aligned_index((3, 5), (8, 1), (8, 64)) == (3, 0)
+    assert aligned_index((3, 5), (4,), (8, 64)) is None
+    verdict = check(parse(SPLIT), soft_sign, examples=20, seed=0)
+    assert not verdict.equivalent
+    assert "exactly at its constant" in verdict.counterexample.found_by

@@ -162,6 +162,72 @@ def test_a_bound_of_another_image_is_no_bound(body, spec_and_baseline):
     assert hazard is not None and hazard.kind == OVERFLOW, hazard
 
 
+SOFTMAX_TAIL = "    e = exp(xs - m)\n    return store(e / reduce_sum(e, axis=1, keepdims=True))\n"
+ROW = '"(64,1)/((8_L2B,8_L1B),(1))"'
+
+
+@pytest.mark.parametrize("body", [
+    # x + min(-x): the shift by a negated bound written as an add, either way round
+    "    e = exp(xs + reduce_min(-xs, axis=1, keepdims=True))\n"
+    "    return store(e / reduce_sum(e, axis=1, keepdims=True))\n",
+    "    e = exp(reduce_min(0.0 - xs, axis=1, keepdims=True) + xs)\n"
+    "    return store(e / reduce_sum(e, axis=1, keepdims=True))\n",
+    # the max minus a margin: x - m is at most the margin, and is it once a row
+    "    m = reduce_max(xs, axis=1, keepdims=True) - 8.0\n" + SOFTMAX_TAIL,
+    "    m = reduce_max(xs - 20.0, axis=1, keepdims=True)\n" + SOFTMAX_TAIL,
+    # the max rounded to bf16: within half a bf16 ulp of it
+    '    m = cast(cast(reduce_max(xs, axis=1, keepdims=True), "bf16"), "f32")\n'
+    + SOFTMAX_TAIL,
+    # a running max started from -inf: the start never wins
+    f"    m = full((64, 1), -inf, \"f32\", {ROW})\n"
+    "    m = maximum(m, reduce_max(xs[0:64, 0:200], axis=1, keepdims=True))\n"
+    "    m = maximum(reduce_max(xs[0:64, 200:512], axis=1, keepdims=True), m)\n"
+    + SOFTMAX_TAIL,
+    # the max in two stages through a reshape that splits the row into groups
+    "    g = reduce_max(reshape(xs, (64, 8, 64)), axis=2, keepdims=False)\n"
+    "    m = reduce_max(g, axis=1, keepdims=True)\n" + SOFTMAX_TAIL,
+    # the sum through a reshape, and through a transposed copy
+    "    e = exp(xs - reduce_max(xs, axis=1, keepdims=True))\n"
+    "    g = reduce_sum(reshape(e, (64, 2, 256)), axis=2, keepdims=False)\n"
+    "    return store(e / reduce_sum(g, axis=1, keepdims=True))\n",
+    "    e = exp(xs - reduce_max(xs, axis=1, keepdims=True))\n"
+    "    t = reduce_sum(transpose(e, perm=(1, 0)), axis=0, keepdims=True)\n"
+    "    return store(e / transpose(t, perm=(1, 0)))\n",
+])
+def test_a_bound_is_known_through_offsets_roundings_starts_reshapes_and_transposes(
+        body, spec_and_baseline):
+    spec, _ = spec_and_baseline("tests/verify/corpus/specs/softmax_wide.py")
+    kernel = parse(_softmax_wide(body))
+    assert analyze(kernel, declared_ranges(spec)).hazards == []
+
+
+@pytest.mark.parametrize("body, kind", [
+    # x + max(-x) is x - min(x): up to 200
+    ("    e = exp(xs + reduce_max(-xs, axis=1, keepdims=True))\n"
+     "    return store(e / reduce_sum(e, axis=1, keepdims=True))\n", OVERFLOW),
+    # a margin past what exp can hold
+    ("    m = reduce_max(xs, axis=1, keepdims=True) - 120.0\n" + SOFTMAX_TAIL, OVERFLOW),
+    # a start that can win is no bound
+    (f"    m = maximum(full((64, 1), -50.0, \"f32\", {ROW}), "
+     "reduce_max(xs[0:64, 0:256], axis=1, keepdims=True))\n" + SOFTMAX_TAIL, OVERFLOW),
+    # two stages of different kinds, or over some of the groups, or the strided columns
+    ("    g = reduce_min(reshape(xs, (64, 8, 64)), axis=2, keepdims=False)\n"
+     "    m = reduce_max(g, axis=1, keepdims=True)\n" + SOFTMAX_TAIL, OVERFLOW),
+    ("    g = reduce_max(reshape(xs, (64, 8, 64)), axis=2, keepdims=False)\n"
+     "    m = reduce_max(g[0:64, 0:7], axis=1, keepdims=True)\n" + SOFTMAX_TAIL, OVERFLOW),
+    ("    g = reduce_max(reshape(xs, (64, 8, 64)), axis=1, keepdims=False)\n"
+     "    m = reduce_max(g[0:64, 0:63], axis=1, keepdims=True)\n" + SOFTMAX_TAIL, OVERFLOW),
+    # the transposed sum over the other axis (each column's sum): may be 0
+    ("    e = exp(xs - reduce_max(xs, axis=1, keepdims=True))\n"
+     "    t = reduce_sum(transpose(e, perm=(1, 0)), axis=1, keepdims=True)\n"
+     "    return store(e / transpose(t, perm=(1, 0)))\n", ZERO_DIVISION),
+])
+def test_near_misses_of_those_forms_are_refused(body, kind, spec_and_baseline):
+    spec, baseline = spec_and_baseline("tests/verify/corpus/specs/softmax_wide.py")
+    hazard = range_refusal(parse(_softmax_wide(body)), baseline, spec)
+    assert hazard is not None and hazard.kind == kind, hazard
+
+
 def test_a_product_of_a_term_with_itself_is_a_square(spec_and_baseline):
     spec, baseline = spec_and_baseline("specs/layernorm.py")
     kernel = parse((EQUAL_FORMS / "layernorm__inline_square.leir").read_text())
