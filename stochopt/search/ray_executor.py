@@ -312,13 +312,20 @@ class RayCheckWorkers:
         self.calls: dict = {}  # the running check()'s ref -> (worker index, check id)
         self.warming: dict = {}  # a running warm_up()'s ref -> worker index
         self.warm = [False] * len(jobs)
+        # the CPUs no chain asked for: the chains' requests are counted, not the free
+        # CPUs Ray reports, which lag behind them (a check actor that took a CPU a
+        # chain then needed waited for it forever, and the run proved nothing)
+        total = int(self.ray.cluster_resources().get("CPU", 1))
+        self.spare = max(0, total - len(executor.jobs))
         for job in jobs:
             self._launch(job.index)
 
-    def _launch(self, index: int) -> None:
-        free = self.ray.available_resources().get("CPU", 0) >= 1
+    def _launch(self, index: int, again: bool = False) -> None:
+        """A CPU of its own while one no chain asked for is left; a shared one otherwise,
+        and always when started again after its node went away."""
+        own = not again and index < self.spare
         self.actors[index] = self.actor_class.options(
-            num_cpus=1 if free else 0, max_concurrency=2, max_restarts=0,
+            num_cpus=1 if own else 0, max_concurrency=2, max_restarts=0,
             scheduling_strategy="SPREAD").remote(index, pickle.dumps(self.jobs[index]),
                                                  self.spec_text, self.import_paths)
 
@@ -356,7 +363,7 @@ class RayCheckWorkers:
                     self.actors[index] = None
                     self.outbox.put(("check_error", index, _first_line(e)))
                 else:
-                    self._launch(index)
+                    self._launch(index, again=True)
                 continue
             except self.ray.exceptions.RayError as e:  # the check itself failed: say so
                 self.outbox.put(("check_error", index, _first_line(e)))

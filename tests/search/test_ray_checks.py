@@ -52,9 +52,11 @@ class FakeRay:
 
     exceptions = SimpleNamespace(RayError=RayError, RayActorError=RayActorError)
 
-    def __init__(self) -> None:
+    def __init__(self, cpus: int = 2) -> None:
         self.actors: list = []
         self.killed: list = []
+        self.cpus = cpus
+        self.asked: list[float] = []   # the CPUs each actor asked for
 
     def remote(self, cls):
         ray = self
@@ -78,6 +80,7 @@ class FakeRay:
             @staticmethod
             def options(**kwargs):
                 assert kwargs["max_concurrency"] == 2 and kwargs["scheduling_strategy"]
+                ray.asked.append(kwargs["num_cpus"])
                 return SimpleNamespace(remote=lambda *args: ray._made(Handle(cls(*args))))
 
         return Options
@@ -94,8 +97,8 @@ class FakeRay:
             raise ref.error
         return ref.value
 
-    def available_resources(self):
-        return {"CPU": 1}
+    def cluster_resources(self):
+        return {"CPU": self.cpus}
 
     def kill(self, actor):
         self.killed.append(actor)
@@ -105,11 +108,12 @@ class FakeRay:
 def workers(tmp_path):
     made = []
 
-    def make(examples: int = 5):
-        ray = FakeRay()
+    def make(examples: int = 5, cpus: int = 2, chains: int = 1):
+        ray = FakeRay(cpus)
         executor = SimpleNamespace(ray=ray, outbox=mp.get_context("spawn").Queue(),
                                    run_dir=tmp_path, spec_text=SPEC.read_text(),
-                                   import_paths=import_paths())
+                                   import_paths=import_paths(),
+                                   jobs={i: None for i in range(chains)})
         baseline = render(lower(load_spec(SPEC)))
         jobs = [CheckerJob(0, str(tmp_path), str(SPEC), None, MNCORE2, baseline, examples,
                            time.time() + 600, 7)]
@@ -160,10 +164,21 @@ def test_a_lost_actor_is_started_again_and_its_candidate_checked_anew(workers):
     pool.dispatch(float("inf"))
     pool.dispatch(float("inf"))
     assert len(ray.actors) == 2  # a new actor for worker 0
+    assert ray.asked == [1, 0]   # a spare CPU at first; started again, a shared one
     assert pool.running[0].check_id == "0-0"  # sent again, to the new actor
     pool.dispatch(float("inf"))
     verdicts = [m for m in _messages(outbox) if m[0] == "verdict"]
     assert [(m[2], m[3]["equivalent"]) for m in verdicts] == [("0-0", True)]
+
+
+def test_a_check_actor_takes_no_cpu_a_chain_asked_for(workers):
+    """Ray reports a chain's CPU as free until the chain is placed: counted from what
+    the chains asked for, a check actor never waits for a CPU a chain took (it did,
+    for the whole run, and the run proved nothing)."""
+    _, _, ray = workers(cpus=2, chains=2)
+    assert ray.asked == [0]
+    _, _, ray = workers(cpus=4, chains=2)
+    assert ray.asked == [1]
 
 
 def test_a_check_that_fails_is_reported_and_its_candidate_cut(workers):
