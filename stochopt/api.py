@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from stochopt.machine import Machine
     from stochopt.search.chain import ChainConfig
     from stochopt.search.driver import RunResult
-    from stochopt.tuning.store import TuningDB
+    from stochopt.tuning.database import Database
     from stochopt.verify.check import Verdict
 
 DEFAULT_MACHINE = "mncore2"
@@ -334,17 +334,17 @@ def optimize(spec: SpecLike | None = None, *, budget: str | float = "10m",
                       cold=cold)
 
 
-def db(path: str | Path | None = None, *, create: bool = False) -> TuningDB:
+def db(path: str | Path | None = None, *, create: bool = False) -> Database:
     """The tuning database (docs/database.md): ``path``, else the default file
     ($XDG_CACHE_HOME/stochopt/tuning.db). Its methods: list(), show(spec), export(path),
     import_file(path), prune(keep=5); use it in a ``with`` block, or close() it.
     ``create``: make the file when there is none (by default that is an error)."""
-    from stochopt.tuning.store import TuningDB
+    from stochopt.tuning.database import Database
 
     if path is not None and not isinstance(path, str | Path):
         raise StochoptError(f"db takes the database file's path, got {type(path).__name__}",
                             hint="pass e.g. 'tuning.db', or nothing for the default file")
-    return TuningDB(path, create=create)
+    return Database(path, create=create)
 
 
 class Report(dict, Displayable):
@@ -399,7 +399,7 @@ _SPEC_PREAMBLE = ("import math\n\nimport numpy\nimport numpy as np\n\nimport sto
 def _write_spec(s: Spec, scratch: Path) -> str:
     """A Spec defined in a notebook becomes a file the run's workers can import: its
     source under the usual imports, checked to load and compute what the Spec does."""
-    from stochopt.verify.check import reference_output
+    from stochopt.verify.reference import reference_output
     from stochopt.verify.strategies import random_spec_inputs
 
     path = scratch / f"{s.name}.py"

@@ -5,6 +5,7 @@ that won on its neighbours, and the LLM sees slow -> fast pairs from earlier run
 
     schema.py        the tables and their migrations
     store.py         TuningDB: the SQLite file, plain methods on plain values
+    database.py      Database: a TuningDB with the commands (list, show, export, ...)
     fingerprints.py  what makes two specs, machines or verifiers the same
     transfer.py      plans and move weights from similar specs
     memory.py        slow -> fast pairs for the LLM's prompt

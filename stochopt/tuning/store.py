@@ -263,38 +263,5 @@ class TuningDB:
             f"rule_stats WHERE family IN ({marks}) GROUP BY proposer, move", families)
         return {(r[0], r[1]): [r[2], r[3], r[4]] for r in rows}
 
-    # -- the commands (stochopt db ...; stochopt.db() in a notebook) --------------------
-    def list(self) -> list[dict]:
-        """One row per spec and machine (stochopt db list)."""
-        from stochopt.tuning.views import listing
-        return listing(self)
-
-    def show(self, spec: str, machine: str | None = None) -> dict:
-        """A spec's history: every run, its bests, the best kernel and its plan."""
-        from stochopt.tuning.views import history
-        return history(self, spec, machine)
-
-    def export(self, path: str | Path, spec: str | None = None) -> dict:
-        """Write a portable file (.json, or .json.gz); rows of each table written."""
-        from stochopt.tuning.exchange import export_file
-        return export_file(self, path, spec)
-
-    def import_file(self, path: str | Path) -> dict:
-        """Add an export's rows, or a run directory's bests; rows of each table added."""
-        from stochopt.tuning.exchange import import_file
-        from stochopt.tuning.runs import remember_run_dir
-        if Path(path).is_dir():
-            return remember_run_dir(self, Path(path))
-        return import_file(self, path)
-
-    def prune(self, keep: int = 5, older_than: str | float | None = None,
-              spec: str | None = None) -> dict:
-        """Keep the ``keep`` fastest kernels per spec and machine; drop runs older than
-        ``older_than`` (a duration: "30d", or seconds) that keep none."""
-        from stochopt.durations import parse_duration
-        from stochopt.tuning.exchange import prune
-        seconds = None if older_than is None else parse_duration(older_than)
-        return prune(self, keep, seconds, spec)
-
     def schema_version(self) -> int:
         return VERSION

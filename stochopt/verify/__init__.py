@@ -6,10 +6,10 @@ from stochopt.verify.check import (
                                    certificate,
                                    check,
                                    check_signature,
-                                   reference_output,
 )
 from stochopt.verify.degenerate import degenerate_warnings
 from stochopt.verify.ranges import range_facts
+from stochopt.verify.reference import reference_output
 from stochopt.verify.screening import ScreeningSet
 
 __all__ = ["check", "Verdict", "Counterexample", "certificate", "check_signature",

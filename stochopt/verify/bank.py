@@ -170,7 +170,7 @@ class CheckContext:
     def __init__(self, spec: Spec, baseline: Kernel, machine=None,
                  directory: str | Path | None = None, entry_bytes: int | None = None,
                  value_bytes: int | None = None) -> None:
-        from stochopt.verify.check import typical_output_scale
+        from stochopt.verify.reference import typical_output_scale
 
         default_entries, default_values = memory_budgets()
         self.spec, self.baseline, self.machine = spec, baseline, machine
@@ -276,8 +276,8 @@ class CheckContext:
     # -- what every kernel is judged against -------------------------------------------
     def prepare(self, inputs: BankInputs) -> Entry:
         """The entry of this input with its reference, magnitudes and baseline output."""
-        from stochopt.verify.check import reference_output
         from stochopt.verify.magnitude import magnitudes
+        from stochopt.verify.reference import reference_output
 
         entry = inputs.entry
         if entry.reference is not None:
@@ -319,7 +319,7 @@ class CheckContext:
 
     def nearby_error(self, inputs: BankInputs) -> np.ndarray:
         """The baseline's worst error per row on inputs near this one (check.py)."""
-        from stochopt.verify.check import baseline_error_nearby
+        from stochopt.verify.reference import baseline_error_nearby
 
         entry = inputs.entry
         if entry.nearby is None:

@@ -22,7 +22,7 @@ import hypothesis
 import ml_dtypes
 import numpy as np
 
-from stochopt.backend.emulate import check_emulation_memory, emulate
+from stochopt.backend.emulate import check_emulation_memory
 from stochopt.displayable import Displayable
 from stochopt.errors import StochoptError
 from stochopt.leir.ir import Kernel
@@ -34,23 +34,19 @@ from stochopt.verify.climb import climb
 from stochopt.verify.compare import (
     Mismatch,
     precision_check,
-    precision_ratio,
-    row_worst,
     semantic_error,
-    tolerance,
 )
 from stochopt.verify.counts import counted_nodes, exact_output
 from stochopt.verify.coverage import NO_DECISIONS, coverage_of, coverage_warnings
 from stochopt.verify.directed import directed_inputs
 from stochopt.verify.hunting import kernel_boundaries
-from stochopt.verify.magnitude import magnitudes
 from stochopt.verify.ranges import Hazard, range_refusal
+from stochopt.verify.reference import reference_output
 from stochopt.verify.strategies import (
     FAMILY_SHARE,
     Recipe,
     family_recipes,
     hunting_recipes,
-    nearby_inputs,
     random_spec_inputs,
     structured_recipes,
 )
@@ -128,23 +124,6 @@ class Verdict(Displayable):  # Displayable: Jupyter shows it with its counterexa
 
 def _finite(v: float):
     return v if np.isfinite(v) else str(v)
-
-
-def reference_output(spec: Spec, inputs: dict[str, np.ndarray]) -> np.ndarray:
-    """The spec's reference on exact float64 copies of the inputs (bool/int kept)."""
-    args = {}
-    for n, x in inputs.items():
-        dtype = spec.inputs[n].dtype
-        args[n] = x.astype(np.float64) if dtype in ("f32", "bf16") else (
-            x.astype(np.int64) if dtype == "i32" else x.astype(bool))
-    try:
-        with np.errstate(all="ignore"):
-            out = spec.reference(**args)
-    except Exception as e:
-        raise StochoptError(f"spec {spec.name}: the reference raised "
-                            f"{type(e).__name__}: {e}") from None
-    out = np.asarray(out, dtype=np.float64)
-    return out
 
 
 def check_signature(kernel: Kernel, spec: Spec) -> None:
@@ -248,36 +227,6 @@ class _Comparison:
         self.precision = max(self.precision, prec)
         self.last_score = prec
         return bad
-
-
-def typical_output_scale(spec: Spec) -> float:
-    """The output's typical size on a plain uniform input: the median magnitude of its
-    finite elements (a median, so a minority of sentinels such as -1e30 does not move
-    it), 1 where that is 0."""
-    ref = np.abs(reference_output(spec, random_spec_inputs(spec, 0)))
-    finite = ref[np.isfinite(ref)]
-    typical = float(np.median(finite)) if finite.size else 0.0
-    return typical if typical > 0 else 1.0
-
-
-NEARBY_INPUTS = 4
-
-
-def baseline_error_nearby(spec: Spec, baseline: Kernel, inputs: dict[str, np.ndarray],
-                          count: int = NEARBY_INPUTS) -> np.ndarray:
-    """The baseline's worst precision error (a fraction of the tolerance) per row (the
-    last axis) on `count` inputs near these (strategies.nearby_inputs): the error level
-    of the spec's own formula around this input, which the input alone measures by luck
-    of rounding."""
-    worst = np.zeros(())
-    for i in range(count):
-        x = nearby_inputs(spec, inputs, seed=i)
-        ref = reference_output(spec, x)
-        tol = tolerance(ref, spec.output_dtype, spec.rtol, spec.atol,
-                        magnitudes(baseline, x, ref))
-        worst = np.maximum(worst, row_worst(precision_ratio(emulate(baseline, x),
-                                                           ref, tol)))
-    return worst
 
 
 # inputs of a full check spent on the local search over inputs: a share of the

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from stochopt.spec import Spec
-from stochopt.verify.check import reference_output
+from stochopt.verify.reference import reference_output
 from stochopt.verify.strategies import random_spec_inputs
 
 

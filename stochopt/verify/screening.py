@@ -12,11 +12,6 @@ import numpy as np
 from stochopt.backend.emulate import emulate
 from stochopt.leir.ir import Kernel
 from stochopt.spec import Spec
-from stochopt.verify.check import (
-    baseline_error_nearby,
-    reference_output,
-    typical_output_scale,
-)
 from stochopt.verify.compare import (
     precision_allowance,
     precision_check,
@@ -25,6 +20,11 @@ from stochopt.verify.compare import (
 )
 from stochopt.verify.magnitude import magnitudes
 from stochopt.verify.ranges import analyze, declared_ranges
+from stochopt.verify.reference import (
+    baseline_error_nearby,
+    reference_output,
+    typical_output_scale,
+)
 from stochopt.verify.strategies import build_inputs, random_spec_inputs, structured_recipes
 
 # the cost of failing one screening input, before its size is added (see docs/search.md)

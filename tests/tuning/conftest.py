@@ -16,6 +16,7 @@ from stochopt.machine import load_machine
 from stochopt.spec import load_spec
 from stochopt.transform.greedy import descend
 from stochopt.transform.plan import plan_to_json
+from stochopt.tuning.database import Database
 from stochopt.tuning.fingerprints import machine_print, spec_print
 from stochopt.tuning.store import TuningDB, kernel_sha256, uid_of
 from stochopt.verify.screening import ScreeningSet
@@ -44,7 +45,7 @@ def softmax_spec(folder: Path, rows: int = 128, cols: int = 1024, name: str = "s
 
 @pytest.fixture
 def store(tmp_path):
-    with TuningDB(tmp_path / "tuning.db") as db:
+    with Database(tmp_path / "tuning.db") as db:
         yield db
 
 

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from stochopt.errors import StochoptError
+from stochopt.tuning.database import Database
 from stochopt.tuning.exchange import TABLES, export_file, import_file, prune
-from stochopt.tuning.store import TuningDB
 
 from .conftest import remember, softmax_at
 
@@ -34,7 +34,7 @@ def test_an_export_imported_elsewhere_holds_every_row_and_twice_adds_nothing(
     assert written == {"specs": 2, "machines": 1, "runs": 2, "kernels": 4, "rule_stats": 1}
     if name.endswith(".gz"):
         assert json.loads(gzip.decompress((tmp_path / name).read_bytes()))["format"]
-    with TuningDB(tmp_path / "other.db") as other:
+    with Database(tmp_path / "other.db") as other:
         assert import_file(other, tmp_path / name) == written
         assert import_file(other, tmp_path / name) == dict.fromkeys(TABLES, 0)
         for row in rows:
@@ -75,7 +75,7 @@ def test_rows_that_name_what_the_file_lacks_import_nothing(tmp_path, two_specs):
     data = json.loads((tmp_path / "all.json").read_text())
     data["runs"] = []   # kernels whose runs are gone
     (tmp_path / "cut.json").write_text(json.dumps(data))
-    with TuningDB(tmp_path / "other.db") as other:
+    with Database(tmp_path / "other.db") as other:
         with pytest.raises(StochoptError, match="nothing was imported"):
             import_file(other, tmp_path / "cut.json")
         assert other.list() == []

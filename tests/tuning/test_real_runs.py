@@ -20,6 +20,7 @@ from stochopt.errors import StochoptError
 from stochopt.rundir import read_json
 from stochopt.search import optimize
 from stochopt.search.chain import ChainConfig
+from stochopt.tuning.database import Database
 from stochopt.tuning.store import TuningDB, kernel_sha256, sha256_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,7 +36,7 @@ def cli(*args, timeout=180, **kwargs):
 
 def proved_texts(db_path: Path, run_dir: Path) -> set[str]:
     """The identities of the kernels the database holds for one run directory."""
-    with TuningDB(db_path) as db:
+    with Database(db_path) as db:
         runs = [r for s in db.list() for r in db.runs_of(s["spec_fingerprint"],
                                                           s["machine_fingerprint"])
                 if r["run_dir"] == str(run_dir.resolve())]

@@ -14,6 +14,7 @@ from stochopt.leir.render import render
 from stochopt.rundir import BEST_JSON, WARM_START_LEIR, atomic_write
 from stochopt.search.best_kernel import write_best
 from stochopt.transform.plan import plan_to_json, replay_plan
+from stochopt.tuning.database import Database
 from stochopt.tuning.fingerprints import machine_print, spec_print, verifier_version
 from stochopt.tuning.runs import (
     RunRecorder,
@@ -262,7 +263,7 @@ def test_a_run_directory_is_added_once_with_its_best_and_earlier_bests(tmp_path)
     (rd / "checkpoint.json").write_text(json.dumps({"stopped_by": "budget", "bests": [
         {"cycles": cost(baseline, SMALL).cycles, "text": render(baseline), "verdict": VERDICT,
          "t": 1.0, "chain": 0}]}))
-    with TuningDB(tmp_path / "t.db") as db:
+    with Database(tmp_path / "t.db") as db:
         assert remember_run_dir(db, rd) == {"runs": 1, "kernels": 2}
         assert remember_run_dir(db, rd) == {"runs": 0, "kernels": 0}
         (row,) = db.list()

@@ -9,8 +9,8 @@ import numpy as np
 from stochopt import spec, tensor
 from stochopt.leir import parse
 from stochopt.verify import check
-from stochopt.verify.check import reference_output
 from stochopt.verify.compare import GRID_SPACINGS, SPACING, floor_ratio, tolerance
+from stochopt.verify.reference import reference_output
 from stochopt.verify.strategies import Recipe, build_inputs
 from stochopt.verify.tiny import input_resolution, subnormal_inputs
 
