@@ -36,9 +36,7 @@ LAYERS: list[tuple[str, ...]] = [
 ]
 
 # (importing module, imported layer name) -> why this upward import stays
-ALLOWED: dict[tuple[str, str], str] = {
-    ("stochopt.leir.ops", "backend"): "the op table names each op's cost rule",
-}
+ALLOWED: dict[tuple[str, str], str] = {}
 
 LAYER_OF = {name: index for index, names in enumerate(LAYERS) for name in names}
 

@@ -17,8 +17,8 @@ from itertools import accumulate
 from math import ceil
 
 from stochopt.backend.node_work import local_bytes, machine_key, op_work
-from stochopt.backend.op_costs import LINKS, RESOURCES, Work
 from stochopt.errors import ConstraintError
+from stochopt.leir.cost_rules import LINKS, RESOURCES, Work
 from stochopt.leir.ir import Kernel
 from stochopt.machine import Machine, load_machine
 

@@ -6,8 +6,8 @@ scheduler (cost.py) places this work in time. See docs/machine.md for every form
 
 from __future__ import annotations
 
-from stochopt.backend.op_costs import DELIVERY, DRAM_EXTENT, Work, keeps_local_order, reduced_levels
 from stochopt.leir import terms as T
+from stochopt.leir.cost_rules import DELIVERY, DRAM_EXTENT, Work, keeps_local_order, reduced_levels
 from stochopt.leir.ir import Kernel, op_of
 from stochopt.leir.ops import ELEMENTWISE, FORGET_ON_CHANGE, OPS
 from stochopt.leir.rules import Const
@@ -61,7 +61,7 @@ def local_bytes(term) -> int:
 
 def op_work(kernel: Kernel, machine: Machine) -> list[Work]:
     """The Work of every node, from the op table's cost rules, each told what about its
-    surroundings its cost depends on (op_costs.DRAM_EXTENT, op_costs.DELIVERY).
+    surroundings its cost depends on (cost_rules.DRAM_EXTENT, cost_rules.DELIVERY).
     Cached per term and per those surroundings, so an unchanged node is costed once."""
     key = machine_key(machine)
     nodes = kernel.nodes
@@ -133,7 +133,7 @@ def _readers(kernel: Kernel, users: list[list[int]], i: int) -> list[int]:
 
 
 def _delivery(kernel: Kernel, users: list[list[int]], i: int, levels: frozenset[str]) -> str:
-    """How tree result i must reach its readers (op_costs.DELIVERIES): not at all when
+    """How tree result i must reach its readers (cost_rules.DELIVERIES): not at all when
     only stores read it; all of it on every PE when a reader combines it with data spread
     over the reduced ``levels``, or moves it to a layout that does not spread them, or
     does anything but local elementwise work or a local move with it; otherwise (the

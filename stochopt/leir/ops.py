@@ -3,7 +3,7 @@
 An entry gives the op's parameters (read by the parser and the renderer), the Python
 operator that spells it, its type and layout rule (rules.py), its exact numpy meaning
 and, where the machine rounds differently from computing once and rounding the result,
-its native numerics; its cost rule (backend/op_costs.py), its tiling rule
+its native numerics; its cost rule (leir/cost_rules.py), its tiling rule
 (tiling_rules.py) and the one-line doc that docs/leir.md and the LLM prompts show.
 Every stage reads these, and the sets other modules need (the unary elementwise ops, the
 ops that take a layout, an op's siblings) are derived from them. Adding an op is adding
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from stochopt.backend import op_costs as C
+from stochopt.leir import cost_rules as C
 from stochopt.leir import rules as R
 from stochopt.leir import tiling_rules as T
 from stochopt.leir.types import bfloat16

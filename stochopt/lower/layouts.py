@@ -110,7 +110,7 @@ def matmul_plans(a_shape, b_shape, fanout: dict[str, int]):
 def matmul_work(a: Layout, b: Layout, machine) -> int:
     """Cycles of a plan by the cost model's own rule: matrix units and, for a spread K,
     the tree reduction of the partial products (which can dwarf the matrix work)."""
-    from stochopt.backend.op_costs import matmul_cost
+    from stochopt.leir.cost_rules import matmul_cost
     from stochopt.leir.rules import matmul_rule
     from stochopt.leir.types import TensorType
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from math import prod
 
 from stochopt.backend.cost import peak_memory
-from stochopt.backend.op_costs import DRAM_EXTENT, load_cost, relayout_cost
 from stochopt.errors import ConstraintError, StochoptError
+from stochopt.leir.cost_rules import DRAM_EXTENT, load_cost, relayout_cost
 from stochopt.leir.ir import Builder, Kernel, op_of
 from stochopt.leir.layout import Layout
 from stochopt.leir.rules import Const

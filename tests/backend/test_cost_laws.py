@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from stochopt.backend.bound import bound_of_kernel
 from stochopt.backend.cost import cost, peak_rates, roofline_of_kernel
-from stochopt.backend.op_costs import DRAM_EXTENT, LINKS, lanes
 from stochopt.errors import ConstraintError
+from stochopt.leir.cost_rules import DRAM_EXTENT, LINKS, lanes
 from stochopt.leir.ir import Builder, build
 from stochopt.leir.layout import Factor, Layout
 from stochopt.leir.ops import OPS

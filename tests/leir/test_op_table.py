@@ -16,10 +16,10 @@ import pytest
 from stochopt.backend.bound import least_op_cycles
 from stochopt.backend.emulate import emulate, random_inputs
 from stochopt.backend.node_work import op_work
-from stochopt.backend.op_costs import VectorCost, Work, lanes
 from stochopt.errors import ConstraintError, ParseError
 from stochopt.leir import parse, render, tiling_rules, typecheck
 from stochopt.leir import rules as R
+from stochopt.leir.cost_rules import VectorCost, Work, lanes
 from stochopt.leir.ops import (
     ELEMENTWISE,
     OPS,

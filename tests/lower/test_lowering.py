@@ -9,8 +9,8 @@ from math import prod
 import pytest
 
 from stochopt.backend.cost import cost
-from stochopt.backend.op_costs import contiguous_run
 from stochopt.leir import Builder, TensorType
+from stochopt.leir.cost_rules import contiguous_run
 from stochopt.leir.types import itemsize
 from stochopt.lower import lower
 from stochopt.lower.layouts import reshape_layout, reshape_pieces

@@ -1,7 +1,7 @@
 """Each cost rule against numbers worked by hand from docs/machine.md (mncore2 unless
 said otherwise)."""
 
-from stochopt.backend.op_costs import (
+from stochopt.leir.cost_rules import (
     FREE,
     VectorCost,
     Work,
