@@ -109,6 +109,15 @@ def check_worker(job: CheckerJob, inbox, outbox, stop) -> None:
         outbox.put(("check_done", job.index))
 
 
+def abandon(inboxes) -> None:
+    """Drop what is still queued for worker processes that have ended: at exit Python
+    waits for each queue's feeder thread to flush it, and a message no process will read
+    (an exchange, a best) can fill a pipe, so the run printed its result and never
+    exited."""
+    for inbox in inboxes:
+        inbox.cancel_join_thread()
+
+
 class MovableDeadline:
     """A check's deadline (time.monotonic) that a signal can bring forward. check()
     compares ``time.monotonic() > deadline`` before each example; float's comparison
@@ -247,6 +256,7 @@ class ProcessCheckWorkers:
             p.join(timeout=2)
             if p.is_alive():
                 p.terminate()
+        abandon(self.inboxes)
 
 
 class CheckPool:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import queue
 from typing import Protocol
 
+from stochopt.search.checks import abandon
 from stochopt.search.driver import Job, start_workers
 
 
@@ -80,6 +81,7 @@ class LocalExecutor:
             p.join(timeout=5)
             if p.is_alive():
                 p.terminate()
+        abandon(self.inboxes)
 
 
 def make_executor(ray_address: str | None) -> Executor:

@@ -109,3 +109,20 @@ def test_a_check_that_gives_way_stops_at_its_next_example():
     assert not time.monotonic() > deadline
     deadline.at = float("-inf")
     assert time.monotonic() > deadline
+
+
+def test_a_process_exits_with_messages_no_worker_will_read():
+    """What is queued for workers that have ended is dropped at close: at exit Python
+    waits to flush every queue, and a message no process reads can fill the pipe (a
+    run printed its result and never exited)."""
+    import subprocess
+    import sys
+
+    code = ("import multiprocessing as mp\n"
+            "from stochopt.search.checks import abandon\n"
+            "q = mp.get_context('fork').Queue()\n"
+            "q.put(b'x' * 10_000_000)\n"   # far more than a pipe holds, and no reader
+            "abandon([q])\n")
+    done = subprocess.run([sys.executable, "-c", code], timeout=60, capture_output=True,
+                          text=True, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
