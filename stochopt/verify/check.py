@@ -393,9 +393,9 @@ def shared_inputs(context: CheckContext, examples: int, seed: int) -> Iterator[B
     fixed = _fixed_inputs(context, True, None, cuts, seed, examples)[:examples]
     yield from (inputs for _, inputs, _ in fixed)
     draws, _, _ = _plan(examples, len(fixed), True)
-    # the pool draw_and_target takes its draws from, in its order
-    pool = context.drawn(seed, max(examples, draws)) if draws > 0 else iter(())
-    for recipes in islice(pool, max(draws, 0)):
+    # the pool draw_and_target takes its draws from, in its order (drawn lazily: none
+    # is made when no draw is taken)
+    for recipes in islice(context.drawn(seed, examples), max(draws, 0)):
         yield context.recipe_inputs(recipes, cuts)
 
 

@@ -45,7 +45,7 @@ def draw_and_target(comparison, context: CheckContext, draws: int, steps: int, s
     _Comparison."""
     spec = context.spec
     ran = 0
-    for recipes in context.drawn(seed, max(pool, draws)) if draws > 0 else []:
+    for recipes in context.drawn(seed, pool) if draws > 0 else []:
         if ran >= draws:
             break
         inputs = context.recipe_inputs(recipes, cuts)
