@@ -137,25 +137,33 @@ FAMILY_SHARE = 0.3
 
 def family_recipes(spec: Spec, seed: int, count: int) -> list[dict[str, Recipe]]:
     """Up to `count` family cases (families.py), the other inputs uniform (random masks):
-    each family on each input that it fits, its parameter rotated by the seed ("scaled"
-    also at its deepest scales, subnormal values), every float input tiny at once, each
-    link on each pair it fits, and every float input at its corners at once (plain, then
-    under the links, opposite ones first). Taken family by family, each on the next
-    input in turn, so a short budget still sees every family once, on inputs the seed
-    rotates."""
+    each family on each input that it fits at every value of its parameter, from one
+    the seed rotates, in an order that spreads over the range (_strata; "scaled" also at
+    its deepest scales, subnormal values, from the first round); every float input tiny
+    at once; each link on each pair it fits; and every float input at its corners at
+    once (plain, then under the links, opposite ones first). Taken family by family,
+    each on the next input in turn, so a short budget still sees every family once, on
+    inputs the seed rotates, and a long one sweeps each family's parameter."""
     plain = {n: Recipe("random" if t.dtype == "bool" else "uniform", 4000 + 100 * j)
              for j, (n, t) in enumerate(spec.inputs.items())}
-    by_family: dict[str, list[dict[str, Recipe]]] = {}
+    rounds: dict[str, dict[int, list[dict[str, Recipe]]]] = {}
     for j, (name, t) in enumerate(spec.inputs.items()):
         for i, family in enumerate(BOOL_FAMILIES if t.dtype == "bool" else FLOAT_FAMILIES):
             values = parameters(family, t)
-            picks = [values[(seed * 7 + 3 * j + i) % len(values)]]
-            if family == "scaled":
-                picks.append(values[-1 - (seed + j) % 3])  # down to the subnormals
+            start = (seed * 7 + 3 * j + i) % len(values)
+            picks = [values[(start + r) % len(values)] for r in _strata(len(values))]
             for k, value in enumerate(picks):
-                case = dict(plain)
-                case[name] = Recipe(family, 5000 + 100 * j + 10 * i + k + seed, value)
-                by_family.setdefault(f"{family}:{k}", []).append(case)
+                case = dict(plain, **{name: Recipe(family, 5000 + 100 * j + 10 * i + seed
+                                                   + (k + 1 if k else 0), value)})
+                rounds.setdefault(family, {}).setdefault(k, []).append(case)
+            if family == "scaled":  # down to the subnormals in the first round too
+                deep = dict(plain, **{name: Recipe(family, 5001 + 100 * j + 10 * i + seed,
+                                                   values[-1 - (seed + j) % 3])})
+                rounds.setdefault("scaled deep", {}).setdefault(0, []).append(deep)
+    # a family's queue: its first parameter on each input (rotated by the seed), then
+    # its next parameter on each input, ... so a long budget sweeps every parameter
+    by_family = {family: [case for k in sorted(ks) for case in _rotated(ks[k], seed)]
+                 for family, ks in rounds.items()}
     floats = [n for n, t in spec.inputs.items() if t.dtype in ("f32", "bf16")]
     if len(floats) > 1:  # every float input tiny at once: a term lost between them
         case = dict(plain)
@@ -181,8 +189,7 @@ def family_recipes(spec: Spec, seed: int, count: int) -> list[dict[str, Recipe]]
                 cases.append(dict(corners, **{first: Recipe(
                     corners[first].pattern, corners[first].seed, link=f"{link}:{p}")}))
         by_family["all at corners"] = cases
-    queues = [cases[seed % len(cases):] + cases[:seed % len(cases)]
-              if name != "all at corners" else cases
+    queues = [cases if name in rounds or name == "all at corners" else _rotated(cases, seed)
               for name, cases in by_family.items()]
     out: list[dict[str, Recipe]] = []
     while len(out) < count and any(queues):
@@ -190,6 +197,18 @@ def family_recipes(spec: Spec, seed: int, count: int) -> list[dict[str, Recipe]]
             if cases and len(out) < count:
                 out.append(cases.pop(0))
     return out
+
+
+def _strata(n: int) -> list[int]:
+    """0 .. n-1 in an order whose every prefix spreads over the whole range (bit-reversed
+    counting: 0, n/2, n/4, 3n/4, ...): a budget that reaches a few of a family's
+    parameter values reaches values far apart, not neighbours."""
+    bits = max(1, (n - 1).bit_length())
+    return sorted(range(n), key=lambda i: int(f"{i:0{bits}b}"[::-1], 2))
+
+
+def _rotated(cases: list, seed: int) -> list:
+    return cases[seed % len(cases):] + cases[:seed % len(cases)]
 
 
 def _all_inputs(spec: Spec, float_pattern: str, bool_pattern: str,

@@ -14,6 +14,7 @@ from stochopt.verify.families import (
     FAMILY_LINKS,
     FLOAT_FAMILIES,
     SMALLEST,
+    SPREADS,
     apply_link,
     family_tensor,
     link_pairs,
@@ -49,6 +50,27 @@ def test_a_short_budget_still_sees_every_family_once():
     patterns = {r.pattern for case in cases for r in case.values()}
     assert len(patterns - {"uniform", "random"}) >= len(FLOAT_FAMILIES) - 2
     assert FAMILY_SHARE * 200 >= 40  # room for them in a full check
+
+
+def test_a_long_budget_sweeps_each_family_parameter_spread_out_first():
+    one = spec_of_one_row_input()
+    for seed in range(3):
+        cases = family_recipes(one, seed=seed, count=1000)
+        spreads = [c["x"].fraction for c in cases if c["x"].pattern == "spread"]
+        assert sorted(spreads) == sorted(parameters("spread", one.inputs["x"]))
+        # the first two values a short budget reaches lie half the sweep apart
+        index = [SPREADS.index(v) for v in spreads[:2]]
+        assert abs(index[0] - index[1]) == len(SPREADS) // 2
+    masks = family_recipes(attention, seed=0, count=1000)
+    dropped = {c["mask"].fraction for c in masks if c["mask"].pattern == "dropped_per_row"}
+    assert dropped == set(parameters("dropped_per_row", attention.inputs["mask"]))
+
+
+def spec_of_one_row_input():
+    @spec(inputs={"x": tensor("f32", (4, 64), low=-5.0, high=5.0)})
+    def rows(x):
+        return x - x.max(axis=-1, keepdims=True)
+    return rows
 
 
 @pytest.mark.parametrize("k", [1, 2, 3, 31, 32])
