@@ -1,6 +1,7 @@
-"""The LLM's judgement carried into the cheap proposals: a plan the chain accepted is
-evidence about which rules pay on this kernel, so its rules weigh more when the rewrite
-arm draws one, for a while.
+"""The LLM's judgement carried into the cheap proposals: a plan that made the kernel it
+was shown faster, and that the chain accepted, is evidence about which rules pay on this
+kernel, so its rules weigh more when the rewrite arm draws one, for a while. (A slower
+plan the chain took by the Metropolis rule's chance is no such evidence.)
 
 Bounded: a rule's weight is at most (1 + MAX_BOOST) times its own. Decaying: the boost
 halves every HALF_LIFE rewrite draws, so thousands of proposals follow the model's lead

@@ -26,6 +26,7 @@ from collections import deque
 from functools import lru_cache
 from pathlib import Path
 
+from stochopt.backend.cost import cost
 from stochopt.errors import StochoptError
 from stochopt.leir.parser import parse
 from stochopt.leir.render import render
@@ -185,8 +186,8 @@ class LLMProposer:
                 y = self.yields[cand.form]
                 y.well_typed += verdict["well_typed"]
                 y.accepted += verdict["accepted"]
-            if verdict["accepted"] and cand.steps:  # the model's judgement, for the rules
-                self.steering.reinforce(s.rule for s in cand.steps)
+            if verdict["accepted"] and cand.steps and _faster(event, cand):
+                self.steering.reinforce(s.rule for s in cand.steps)  # the model's judgement
         if outcome != BEST and cand.move != "request_failed":
             self.failures.append({"outcome": outcome, "cycles": event.get("cycles"),
                                   "error": error, "code": cand.code, "plan": cand.plan,
@@ -367,6 +368,9 @@ class LLMProposer:
                                                     path)
             else:
                 cands = self.reader.code_candidates(reply.contents, render(kernel))
+            shown = cost(kernel, self.machine).cycles
+            for c in cands:
+                c.shown_cycles = shown
         except Exception as e:  # RequestFailed, or a bug: either way the run goes on
             self._failed(rid, t, variant, e)
             return
@@ -571,6 +575,15 @@ class LLMProposer:
 
 def variant_form(t: dict) -> str:
     return (t.get("variant") or {}).get("form") or "kernel"
+
+
+def _faster(event: dict, cand: LLMCandidate) -> bool:
+    """Whether the candidate is faster than the kernel its request showed: a plan the
+    chain accepted uphill (the Metropolis rule takes a slower kernel now and then) says
+    nothing about which rules pay."""
+    cycles = event.get("cycles")
+    return isinstance(cycles, int) and (cand.shown_cycles is None
+                                        or cycles < cand.shown_cycles)
 
 
 def judged(event: dict) -> dict:

@@ -45,6 +45,7 @@ class LLMCandidate(Candidate):
     # the plan from the run's start to this kernel, when the shown kernel's is known
     # (the path contract of stochopt/search/chain.py)
     path: list[Step] | None = None
+    shown_cycles: int | None = None      # the cycles of the kernel the request showed
 
 
 class ReplyReader:

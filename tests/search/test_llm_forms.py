@@ -29,7 +29,7 @@ from stochopt.machine import load_machine  # noqa: E402
 from stochopt.search.chain import ChainConfig  # noqa: E402
 from stochopt.search.chain_run import ChainRun  # noqa: E402
 from stochopt.search.llm_proposer import LLMProposer  # noqa: E402
-from stochopt.search.llm_replies import ReplyReader  # noqa: E402
+from stochopt.search.llm_replies import LLMCandidate, ReplyReader  # noqa: E402
 from stochopt.search.proposers import ChainProposer  # noqa: E402
 from stochopt.spec import load_spec  # noqa: E402
 from stochopt.transform.plan import Step, apply_plan, menu  # noqa: E402
@@ -193,6 +193,26 @@ def test_accepted_plans_steer_the_chain_that_accepted_them(softmax, tmp_path, en
     assert event["outcome"] in ("accepted", "best")
     assert llm.steering.describe() == {"multiply_by_reciprocal": 1.0}
     assert chain.proposer._weights("rewrite")["multiply_by_reciprocal"] > 1.9
+
+
+def test_only_a_plan_faster_than_the_kernel_it_was_shown_steers(softmax, tmp_path, entries):
+    spec, machine, baseline = softmax
+    step = next(e.step for e in entries if e.step.rule == "multiply_by_reciprocal")
+    with LLMServer(default=reply("{}")) as server:
+        options = llm_options({"model": "local", "base_url": server.url, "concurrency": 1,
+                               "timeout_s": 5.0, "structured": "off", "forms": ["plan"]})
+        llm = LLMProposer(options, spec, machine, baseline, tmp_path, 0,
+                          deadline=time.time() + 60)
+        for cycles in (1200, 1000):   # accepted uphill (Metropolis), then equal: no lead
+            cand = LLMCandidate("llm", "plan", baseline, request="r", form="plan",
+                                steps=[step], shown_cycles=1000)
+            llm.record({"outcome": "accepted", "cycles": cycles}, cand)
+        assert llm.steering.describe() == {}
+        cand = LLMCandidate("llm", "plan", baseline, request="r", form="plan", steps=[step],
+                            shown_cycles=1000)
+        llm.record({"outcome": "accepted", "cycles": 900}, cand)
+        llm.close()
+    assert llm.steering.describe() == {"multiply_by_reciprocal": 1.0}
 
 
 # -- the plan prompt --------------------------------------------------------------------------
