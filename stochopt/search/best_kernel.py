@@ -77,8 +77,9 @@ def recheck_best(rd: Path, spec, machine, seed: int, baseline_text: str,
                  earlier: list[dict], deadline: float | None = None) -> str | None:
     """The final best is checked once more with a fresh seed; the verdict goes in
     best.json. A kernel that fails here slipped through the full check: the next
-    fastest earlier best that passes the same re-check takes its place (else the
-    baseline), so that best.leir keeps its promise; the returned note says so.
+    fastest earlier best that the same re-check does not refute takes its place (passed,
+    or cut by the deadline; else the baseline), so that best.leir keeps its promise; the
+    returned note says so.
     ``deadline`` (time.monotonic) bounds it: a re-check cut short is recorded as such."""
     best = read_json(rd / BEST_JSON)
     if best.get("source") == SOURCE_START or "recheck" in best:
@@ -109,10 +110,16 @@ def recheck_best(rd: Path, spec, machine, seed: int, baseline_text: str,
             continue
         kernel = parse(entry["text"], machine)
         again = recheck(kernel)
-        if again.equivalent:
+        if again.equivalent or again.interrupted:
+            # proved by the run's own check and not refuted here: kept, never traded
+            # for a baseline whose own proof may be missing (a cut re-check refutes nothing)
+            done = again.to_json() if again.equivalent else {
+                "finished": False, "seed": seed, "examples_done": again.examples}
             write_best(rd, kernel, spec, entry["verdict"], machine, SOURCE_SEARCH, entry["t"],
-                       entry["chain"], recheck=again.to_json(), plan=entry.get("plan"))
-            return f"{failed}; best.leir holds the fastest earlier best that passes it " \
+                       entry["chain"], recheck=done, plan=entry.get("plan"))
+            how = "passes it" if again.equivalent else \
+                "was not refuted by it (its re-check did not finish within the budget)"
+            return f"{failed}; best.leir holds the fastest earlier best that {how} " \
                    f"({entry['cycles']} cycles)"
     base_verdict = check(baseline, spec, machine=machine, baseline=baseline, seed=seed,
                          deadline=deadline)

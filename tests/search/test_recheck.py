@@ -59,3 +59,29 @@ def test_with_no_earlier_best_that_passes_the_baseline_comes_back(run_dir):
     assert note.endswith("no earlier best passes it, so best.leir is back to the baseline")
     assert parse((rd / "best.leir").read_text()) == parse(baseline)
     assert json.loads((rd / "best.json").read_text())["source"] == "start"
+
+
+def test_an_earlier_best_whose_recheck_is_cut_short_is_kept_not_the_baseline(run_dir,
+                                                                             monkeypatch):
+    """A re-check cut by the run's deadline refutes nothing: the earlier best, proved by
+    the run's own check, stays (a loaded 5-minute run had lost its proved kernels to an
+    unproved baseline this way)."""
+    import time
+
+    from stochopt.search import best_kernel
+
+    real = best_kernel.check
+
+    def cut_unless_wrong(kernel, spec, **kw):  # the wrong best refuted, the rest cut short
+        if kernel == parse(WRONG):
+            return real(kernel, spec, **kw)
+        return real(kernel, spec, **{**kw, "deadline": time.monotonic()})
+
+    monkeypatch.setattr(best_kernel, "check", cut_unless_wrong)
+    rd, spec, baseline = run_dir
+    note = recheck_best(rd, spec, MNCORE2, 0, baseline, [entry(FAST), entry(WRONG)])
+    assert note.endswith("best.leir holds the fastest earlier best that was not refuted by "
+                         "it (its re-check did not finish within the budget) (2264 cycles)")
+    assert parse((rd / "best.leir").read_text()) == parse(FAST)
+    best = json.loads((rd / "best.json").read_text())
+    assert best["source"] == "search" and best["recheck"]["finished"] is False
