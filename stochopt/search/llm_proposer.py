@@ -58,24 +58,20 @@ from stochopt.llm.prompt import LEVELS, Prompt, PromptBuilder, load_templates
 from stochopt.llm.steering import RuleSteering
 from stochopt.llm.structured import JSON, Structured, fields
 from stochopt.llm.variants import Variant, draw_variants, pick_failures, temperature_range
-from stochopt.rundir import (
-    ACCEPTED,
-    BEST,
-    CHECKING,
-    INVALID,
-    LLM_TRANSCRIPTS,
-    NOT_TYPED,
-    REJECTED,
-    UNPROVED,
-)
+from stochopt.rundir import BEST, INVALID, LLM_TRANSCRIPTS, REJECTED
 from stochopt.search.chain import Candidate
-from stochopt.search.llm_replies import LLMCandidate, ReplyReader, transcript_entry
+from stochopt.search.llm_replies import (
+    LLMCandidate,
+    ReplyReader,
+    faster_than_shown,
+    judged,
+    transcript_entry,
+)
 from stochopt.transform.plan import plan_to_json
 from stochopt.verify.check import check
 
 MAX_COOLDOWN_S = 300.0         # the longest pause after failed requests
 GIVE_UP_AFTER = 3              # identical unfixable failures in a row stop the proposer
-TAKEN = (ACCEPTED, BEST, CHECKING, UNPROVED)  # the chain moved to the candidate
 PROBE_TOKENS = 24              # the reply room of a probe of constrained decoding
 STRUCTURED_JSON = "structured.json"  # what the probe found, shared by the run's chains
 
@@ -186,7 +182,7 @@ class LLMProposer:
                 y = self.yields[cand.form]
                 y.well_typed += verdict["well_typed"]
                 y.accepted += verdict["accepted"]
-            if verdict["accepted"] and cand.steps and _faster(event, cand):
+            if verdict["accepted"] and cand.steps and faster_than_shown(event, cand):
                 self.steering.reinforce(s.rule for s in cand.steps)  # the model's judgement
         if outcome != BEST and cand.move != "request_failed":
             self.failures.append({"outcome": outcome, "cycles": event.get("cycles"),
@@ -575,29 +571,6 @@ class LLMProposer:
 
 def variant_form(t: dict) -> str:
     return (t.get("variant") or {}).get("form") or "kernel"
-
-
-def _faster(event: dict, cand: LLMCandidate) -> bool:
-    """Whether the candidate is faster than the kernel its request showed: a plan the
-    chain accepted uphill (the Metropolis rule takes a slower kernel now and then) says
-    nothing about which rules pay."""
-    cycles = event.get("cycles")
-    return isinstance(cycles, int) and (cand.shown_cycles is None
-                                        or cycles < cand.shown_cycles)
-
-
-def judged(event: dict) -> dict:
-    """What the chain's verdict on a candidate says, as the yield counts it: read into a
-    well-typed kernel, equal to the spec on the screening inputs, accepted by the chain
-    (it moved there, maybe on to its full check), a new best sent to its full check."""
-    outcome, error = event["outcome"], event.get("error")
-    submitted = outcome in (BEST, CHECKING, UNPROVED) or bool(
-        event.get("counterexample"))
-    screened = submitted or (isinstance(error, int | float) and not isinstance(error, bool)
-                             and error == 0)
-    return {"well_typed": outcome not in NOT_TYPED,
-            "screened_equal": screened, "accepted": outcome in TAKEN or submitted,
-            "new_best": submitted}
 
 
 @lru_cache(maxsize=8)

@@ -6,7 +6,9 @@ the prompt listed; they are applied to the kernel shown as transform.plan.apply_
 the first step that no longer applies (or whose kernel no longer fits the machine)
 ending the plan with the steps before it. Either
 way the spec's signature and output shape are checked here, so that what reaches the
-chain is a kernel the chain may evaluate, or an outcome with its reason.
+chain is a kernel the chain may evaluate, or an outcome with its reason. The chain's
+verdict on a candidate is read back here too (``judged``: what the yield counts;
+``faster_than_shown``: what may steer the rewrite arm).
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ from stochopt.errors import ParseError, StochoptError
 from stochopt.leir.parser import parse
 from stochopt.llm.forms import MAX_PLAN_STEPS, read_plan
 from stochopt.llm.prompt import EDIT_START, apply_edits, code_blocks
-from stochopt.rundir import INVALID, PARSE_ERROR
+from stochopt.rundir import ACCEPTED, BEST, CHECKING, INVALID, NOT_TYPED, PARSE_ERROR, UNPROVED
 from stochopt.search.chain import Candidate
 from stochopt.transform.plan import Step, apply_step, plan_to_json
 from stochopt.verify.check import check_signature
 
 MAX_CANDIDATES = 8             # code blocks taken from one reply
+TAKEN = (ACCEPTED, BEST, CHECKING, UNPROVED)  # the chain moved to the candidate
 NO_CODE = ("the reply holds no code block: answer with one ```leir block holding the "
            "whole kernel")
 
@@ -171,3 +174,26 @@ def transcript_entry(c: LLMCandidate) -> dict:
     if c.outcome is not None:
         entry.update(read_as=c.outcome, read_error=c.error)
     return entry
+
+
+def faster_than_shown(event: dict, cand: LLMCandidate) -> bool:
+    """Whether the candidate is faster than the kernel its request showed: a plan the
+    chain accepted uphill (the Metropolis rule takes a slower kernel now and then) says
+    nothing about which rules pay."""
+    cycles = event.get("cycles")
+    return isinstance(cycles, int) and (cand.shown_cycles is None
+                                        or cycles < cand.shown_cycles)
+
+
+def judged(event: dict) -> dict:
+    """What the chain's verdict on a candidate says, as the yield counts it: read into a
+    well-typed kernel, equal to the spec on the screening inputs, accepted by the chain
+    (it moved there, maybe on to its full check), a new best sent to its full check."""
+    outcome, error = event["outcome"], event.get("error")
+    submitted = outcome in (BEST, CHECKING, UNPROVED) or bool(
+        event.get("counterexample"))
+    screened = submitted or (isinstance(error, int | float) and not isinstance(error, bool)
+                             and error == 0)
+    return {"well_typed": outcome not in NOT_TYPED,
+            "screened_equal": screened, "accepted": outcome in TAKEN or submitted,
+            "new_best": submitted}

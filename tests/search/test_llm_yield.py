@@ -12,7 +12,7 @@ from rich.console import Console  # noqa: E402
 
 from stochopt.llm.yields import FUNNEL, LiveYield, yield_table  # noqa: E402
 from stochopt.search.display import llm_yield_lines, progress_view  # noqa: E402
-from stochopt.search.llm_proposer import judged  # noqa: E402
+from stochopt.search.llm_replies import judged  # noqa: E402
 from stochopt.search.stats import RunStats  # noqa: E402
 
 
