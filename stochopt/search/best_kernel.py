@@ -91,10 +91,13 @@ def recheck_best(rd: Path, spec, machine, seed: int, baseline_text: str,
         return check(kernel, spec, machine=machine, baseline=baseline, seed=seed,
                      deadline=deadline)
 
+    def record(verdict) -> dict:  # what best.json keeps of a re-check, finished or cut
+        return verdict.to_json() if not verdict.interrupted else {
+            "finished": False, "seed": seed, "examples_done": verdict.examples}
+
     verdict = recheck(parse((rd / BEST_LEIR).read_text(), machine))
     if verdict.interrupted:
-        write_json(rd / BEST_JSON, {**best, "recheck": {
-            "finished": False, "seed": seed, "examples_done": verdict.examples}})
+        write_json(rd / BEST_JSON, {**best, "recheck": record(verdict)})
         return ("the final re-check of the best kernel did not finish within the budget; "
                 f"run it with: stochopt verify {rd / 'best.leir'} --spec {rd / 'spec.py'} "
                 f"--seed {seed}")
@@ -113,10 +116,8 @@ def recheck_best(rd: Path, spec, machine, seed: int, baseline_text: str,
         if again.equivalent or again.interrupted:
             # proved by the run's own check and not refuted here: kept, never traded
             # for a baseline whose own proof may be missing (a cut re-check refutes nothing)
-            done = again.to_json() if again.equivalent else {
-                "finished": False, "seed": seed, "examples_done": again.examples}
             write_best(rd, kernel, spec, entry["verdict"], machine, SOURCE_SEARCH, entry["t"],
-                       entry["chain"], recheck=done, plan=entry.get("plan"))
+                       entry["chain"], recheck=record(again), plan=entry.get("plan"))
             how = "passes it" if again.equivalent else \
                 "was not refuted by it (its re-check did not finish within the budget)"
             return f"{failed}; best.leir holds the fastest earlier best that {how} " \
