@@ -22,9 +22,12 @@ from stochopt.leir.types import TensorType, native_dtype
 
 
 def emulate(kernel: Kernel, inputs: Mapping[str, np.ndarray],
-            exact: bool = False) -> np.ndarray:
-    """The kernel's output for these inputs (native dtype, or float64 when exact)."""
+            exact: bool = False, order: int | None = None) -> np.ndarray:
+    """The kernel's output for these inputs (native dtype, or float64 when exact).
+    ``order``: a seed; every sum (SUMMED_AXES) then adds its terms in an order shuffled
+    by it, the same math rounded as another valid order of additions rounds it."""
     check_emulation_memory(kernel)
+    rng = np.random.default_rng(order) if order is not None else None
     values: list[np.ndarray | None] = [None] * len(kernel.nodes)
     last_use = _last_uses(kernel)
     nodes = kernel.nodes
@@ -34,6 +37,8 @@ def emulate(kernel: Kernel, inputs: Mapping[str, np.ndarray],
                 values[i] = convert_input(node.attr("name"), node.type, inputs, exact)
                 continue
             args = [a.value if isinstance(a, Const) else values[a] for a in node.args]
+            if rng is not None and node.op in SUMMED_AXES:
+                args = _shuffled_sum(node.op, args, dict(node.attrs), rng)
             arg_types = [a if isinstance(a, Const) else nodes[a].type for a in node.args]
             values[i] = evaluate_node(node.op, node.type, arg_types, args, dict(node.attrs),
                                       exact)
@@ -41,6 +46,20 @@ def emulate(kernel: Kernel, inputs: Mapping[str, np.ndarray],
                 if last_use[a] == i and a != kernel.output:
                     values[a] = None
     return values[kernel.output]
+
+
+# op -> for each argument that holds the terms of its sum, the axis summed (the same
+# terms' axis in every argument, so one permutation of it keeps the math)
+SUMMED_AXES = {"reduce_sum": lambda attrs: {0: attrs["axis"]},
+               "matmul": lambda attrs: {0: -1, 1: -2}}
+
+
+def _shuffled_sum(op: str, args: list, attrs: dict, rng) -> list:
+    """The arguments with the summed axis permuted at random, alike in each."""
+    axes = SUMMED_AXES[op](attrs)
+    n = args[0].shape[axes[0]]
+    perm = rng.permutation(n)
+    return [np.take(a, perm, axis=axes[i]) if i in axes else a for i, a in enumerate(args)]
 
 
 # the most memory one emulation may need (bytes); STOCHOPT_EMULATION_MEMORY overrides

@@ -150,12 +150,14 @@ def row_worst(ratio: np.ndarray) -> np.ndarray:
 
 
 def floor_ratio(ref: np.ndarray, dtype: str, tol: np.ndarray,
-                magnitude: np.ndarray | None = None) -> np.ndarray:
+                magnitude: np.ndarray | None = None, scale=None) -> np.ndarray:
     """Rounding noise that no kernel need beat, whatever the baseline achieved, as a
     fraction of each element's tolerance: FLOOR_ULPS units in the last place of the
-    element's local scale (local_scale; the output's scale without magnitudes), where
-    a unit is never less than the grid's spacing (subnormal results)."""
-    ulps = FLOOR_ULPS * np.maximum(ULP[dtype] * _scale(ref, magnitude), SPACING[dtype])
+    element's local scale (local_scale; the output's scale without magnitudes; or
+    `scale`), where a unit is never less than the grid's spacing (subnormal results)."""
+    if scale is None:
+        scale = _scale(ref, magnitude)
+    ulps = FLOOR_ULPS * np.maximum(ULP[dtype] * scale, SPACING[dtype])
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(tol > 0, ulps / np.where(tol > 0, tol, 1.0), np.inf)
 
@@ -204,8 +206,14 @@ def precision_allowance(ref: np.ndarray, dtype: str, rtol: float | None, atol: f
         twice = np.where(base_worst < np.inf, 2.0 * base_worst, 1.0)
         floor = floor_ratio(ref, dtype, tol, magnitude)
         ill = (1.0 < base_worst) & (base_worst < np.inf)  # the baseline misses it here
+        # inside the tolerance, the floor is at the scale of the element's terms (its
+        # magnitude), not of their possibly cancelled result: a dot product that cancels
+        # to 1/100 of its terms rounds at the terms' size in any order of its additions,
+        # and which order rounds luckier on one input is not a property of the kernel
+        terms = floor if magnitude is None else floor_ratio(
+            ref, dtype, tol, scale=np.maximum(_scale(ref, magnitude), magnitude))
         allowed = np.where(ill, np.maximum(twice, floor),
-                           np.maximum(twice, np.minimum(1.0, floor)))
+                           np.maximum(twice, np.minimum(1.0, terms)))
     if resolution is not None:
         with np.errstate(divide="ignore", invalid="ignore"):
             allowed = np.maximum(allowed, np.nan_to_num(resolution / tol))

@@ -44,15 +44,25 @@ def typical_output_scale(spec: Spec) -> float:
 
 
 NEARBY_INPUTS = 4
+# other orders of the baseline's sums tried on the input itself (emulate's order)
+REORDERINGS = 4
 
 
 def baseline_error_nearby(spec: Spec, baseline: Kernel, inputs: dict[str, np.ndarray],
                           count: int = NEARBY_INPUTS) -> np.ndarray:
     """The baseline's worst precision error (a fraction of the tolerance) per row (the
-    last axis) on `count` inputs near these (strategies.nearby_inputs): the error level
-    of the spec's own formula around this input, which the input alone measures by luck
-    of rounding."""
+    last axis) on `count` inputs near these (strategies.nearby_inputs), and on these
+    with its sums added in REORDERINGS other orders: the error level of the spec's own
+    formula around this input, which the input alone, in one order of additions,
+    measures by luck of rounding. A kernel may sum in any order; a dot product that
+    cancels to a small result rounds to an error that depends on the order alone."""
+    ref = reference_output(spec, inputs)
+    tol = tolerance(ref, spec.output_dtype, spec.rtol, spec.atol,
+                    magnitudes(baseline, inputs, ref))
     worst = np.zeros(())
+    for order in range(1, REORDERINGS + 1):
+        worst = np.maximum(worst, row_worst(precision_ratio(
+            emulate(baseline, inputs, order=order), ref, tol)))
     for i in range(count):
         x = nearby_inputs(spec, inputs, seed=i)
         ref = reference_output(spec, x)
@@ -61,3 +71,4 @@ def baseline_error_nearby(spec: Spec, baseline: Kernel, inputs: dict[str, np.nda
         worst = np.maximum(worst, row_worst(precision_ratio(emulate(baseline, x),
                                                            ref, tol)))
     return worst
+

@@ -114,6 +114,25 @@ def test_precision_baseline_error_measured_nearby_raises_the_yardstick():
                            baseline_error=0.1)[1] is None
 
 
+def test_inside_the_tolerance_the_floor_is_at_the_scale_of_the_terms():
+    # a score of 0.01 that a dot product of terms summing to 4 in magnitude cancels to:
+    # the floor is 32 ulps of 4, not of 0.01, so any order of the additions passes
+    # inside the tolerance (1.1e-4 of 0.01 in a row of one element)
+    ref, size = np.array([[0.01]]), np.array([[4.0]])
+    exact_baseline = ref.copy()
+    inside = _off(ref, (0, 0), 0.9e-6)            # 0.82 of the tolerance, 75 ulps of 0.01
+    assert precision_check(inside, ref, "f32", None, None, exact_baseline)[1] is not None
+    assert precision_check(inside, ref, "f32", None, None, exact_baseline,
+                           magnitude=size)[1] is None
+    # the tolerance still binds: the terms' scale opens nothing past it
+    past = _off(ref, (0, 0), 1.2e-6)
+    assert precision_check(past, ref, "f32", None, None, exact_baseline,
+                           magnitude=size)[1] is not None
+    # where the terms are the result's own size, the floor is as before
+    assert precision_check(inside, ref, "f32", None, None, exact_baseline,
+                           magnitude=np.abs(ref))[1] is not None
+
+
 @pytest.mark.parametrize("got_value, ref_value", [
     (np.nan, 1.0), (np.inf, 1.0), (1.0, np.inf), (-np.inf, np.inf), (1.0, np.nan),
 ])
