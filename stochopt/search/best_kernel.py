@@ -106,12 +106,21 @@ def recheck_best(rd: Path, spec, machine, seed: int, baseline_text: str,
         return None
     bad = verdict.counterexample
     bad.save(rd / COUNTEREXAMPLES / "recheck.npz")
+    # the refuted kernel stays beside its counterexample, for the user to judge
+    atomic_write(rd / COUNTEREXAMPLES / "recheck.leir", (rd / BEST_LEIR).read_text())
     failed = f"the best kernel ({best['cycles']} cycles) failed its final re-check: " \
-             f"{bad.describe()}; the failing input is in {bad.path}"
+             f"{bad.describe()}; the failing input is in {bad.path}, the kernel in " \
+             f"{rd / COUNTEREXAMPLES / 'recheck.leir'}"
     for entry in sorted(earlier, key=lambda e: e["cycles"]):
         if entry["cycles"] <= best["cycles"]:
             continue
         kernel = parse(entry["text"], machine)
+        # the input that refuted the best first: one emulation, where an earlier best
+        # that computes alike (a rescheduling of it) fails the same way
+        replay = check(kernel, spec, machine=machine, baseline=baseline, examples=1,
+                       extra_inputs=[bad.inputs], structured=False, deadline=deadline)
+        if not replay.equivalent and not replay.interrupted:
+            continue
         again = recheck(kernel)
         if again.equivalent or again.interrupted:
             # proved by the run's own check and not refuted here: kept, never traded

@@ -85,3 +85,31 @@ def test_an_earlier_best_whose_recheck_is_cut_short_is_kept_not_the_baseline(run
     assert parse((rd / "best.leir").read_text()) == parse(FAST)
     best = json.loads((rd / "best.json").read_text())
     assert best["source"] == "search" and best["recheck"]["finished"] is False
+
+
+def test_an_earlier_best_the_failing_input_refutes_is_passed_over_without_a_full_check(
+        run_dir, monkeypatch):
+    """The input that refuted the best is replayed on each earlier best first: one that
+    fails it too is passed over in one emulation, and the refuted kernel is kept beside
+    its counterexample."""
+    import time
+
+    from stochopt.search import best_kernel
+
+    real, full = best_kernel.check, []
+
+    def recorded(kernel, spec, **kw):
+        if kw.get("examples", 200) > 1:
+            full.append(kernel)
+        if kernel == parse(baseline):  # the baseline's own check: cut, it is not the point
+            return real(kernel, spec, **{**kw, "deadline": time.monotonic()})
+        return real(kernel, spec, **kw)
+
+    monkeypatch.setattr(best_kernel, "check", recorded)
+    rd, spec, baseline = run_dir
+    also_wrong = FAST.replace("store(e * r)", "store(e * 2.0)")  # slower, wrong alike
+    note = recheck_best(rd, spec, MNCORE2, 0, baseline, [entry(also_wrong)])
+    assert note.endswith("no earlier best passes it, so best.leir is back to the baseline")
+    assert parse(also_wrong) not in full  # refuted by the replay alone
+    assert parse((rd / "counterexamples" / "recheck.leir").read_text()) == parse(WRONG)
+    assert "the kernel in" in note and "recheck.leir" in note
