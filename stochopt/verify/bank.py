@@ -185,7 +185,8 @@ class CheckContext:
         self.draws: dict[tuple[int, int], list[dict[str, Recipe]]] = {}
         self.directory = Path(directory) if directory is not None else None
         # what an entry on disk depends on: the spec, the baseline and the code that
-        # builds inputs and computes references, magnitudes and native outputs
+        # builds inputs and computes references, magnitudes, native outputs and the
+        # baseline's error nearby
         self.identity = hashlib.sha256("\n".join(
             (spec.name, spec.source, render(baseline), _code_digest())).encode()).hexdigest()
         self.hits = self.misses = 0  # entries found / computed (disk reads count as hits)
@@ -445,6 +446,7 @@ def _code_digest() -> str:
     digest = hashlib.sha256()
     for name in ("stochopt.verify.strategies", "stochopt.verify.hunting",
                  "stochopt.verify.magnitude", "stochopt.verify.check",
+                 "stochopt.verify.reference", "stochopt.verify.compare",
                  "stochopt.backend.emulate", "stochopt.leir.ops"):
         digest.update(Path(importlib.import_module(name).__file__).read_bytes())
     return digest.hexdigest()
