@@ -31,6 +31,9 @@ fits, always inside the spec's declared ranges:
 A link's pair is one of the pairs that fit, chosen by the recipe's seed, or the one
 named after a colon (`opposite:1`, the second pair).
 
+    all scaled      every float input scaled at once: first where their products are
+                    16 spacings of f32's subnormal grid (product_scale), then at one of
+                    the deepest scales, which the seed picks
     corners         every row one sign pattern at the range's ends (lo or hi per
                     column): drawn only for every float input at once, plain and under
                     each link, so extremes meet (a query opposite every key reaches the
@@ -69,6 +72,22 @@ def scales(t: TensorSpec) -> tuple[float, ...]:
     reach = max(hi - centre, centre - lo, 1e-300)
     low = np.log10(max(4 * SMALLEST[t.dtype] / reach, 1e-300))
     return tuple(float(s) for s in np.logspace(-1, low, SCALE_STEPS))
+
+
+# where the product of two tiny inputs lands: 16 spacings of f32's subnormal grid, so a
+# product rounds there at a few bits (2^-145; the grid's spacing is 2^-149)
+TINY_PRODUCT = 2.0**-145
+
+
+def product_scale(tensors: list[TensorSpec]) -> float:
+    """The "scaled" parameter at which every float input's values, multiplied by one
+    another's, land on the subnormal grid at TINY_PRODUCT: products there round at
+    a few bits, so a kernel that moves a scale before a product (or after it) rounds
+    differently from the baseline however exact the scale is."""
+    reaches = [max(hi - c, c - lo, 1e-300) for lo, hi in (t.bounds for t in tensors)
+               for c in [min(max(0.0, lo), hi)]]
+    mean_reach = float(np.exp(np.mean(np.log(reaches))))
+    return float(np.sqrt(TINY_PRODUCT)) / mean_reach
 
 
 def parameters(pattern: str, t: TensorSpec) -> tuple[float, ...]:

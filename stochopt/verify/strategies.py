@@ -24,6 +24,7 @@ from stochopt.verify.families import (
     family_tensor,
     link_pairs,
     parameters,
+    product_scale,
 )
 from stochopt.verify.hunting import (
     HUNT_PATTERNS,
@@ -165,12 +166,16 @@ def family_recipes(spec: Spec, seed: int, count: int) -> list[dict[str, Recipe]]
     by_family = {family: [case for k in sorted(ks) for case in _rotated(ks[k], seed)]
                  for family, ks in rounds.items()}
     floats = [n for n, t in spec.inputs.items() if t.dtype in ("f32", "bf16")]
-    if len(floats) > 1:  # every float input tiny at once: a term lost between them
+    if len(floats) > 1:  # every float input tiny at once: products on the subnormal
+        # grid (families.product_scale), then a term lost between them
+        scale = product_scale([spec.inputs[name] for name in floats])
+        products = dict(plain, **{name: Recipe("scaled", 5910 + j + seed, scale)
+                                  for j, name in enumerate(floats)})
         case = dict(plain)
         for j, name in enumerate(floats):
             values = parameters("scaled", spec.inputs[name])
             case[name] = Recipe("scaled", 5900 + j + seed, values[-2 - seed % 4])
-        by_family["all scaled"] = [case]
+        by_family["all scaled"] = [products, case]
     for i, link in enumerate(FAMILY_LINKS):
         for p in range(len(link_pairs(spec, link))):
             case = dict(plain)

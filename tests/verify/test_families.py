@@ -19,6 +19,7 @@ from stochopt.verify.families import (
     family_tensor,
     link_pairs,
     parameters,
+    product_scale,
 )
 from stochopt.verify.strategies import FAMILY_SHARE, Recipe, build_inputs, family_recipes
 from tests.verify.test_strategies import _assert_inside_and_representable, awkward
@@ -135,3 +136,23 @@ def test_the_bundled_specs_build_their_family_cases():
     assert len(cases) == min(len(every), int(FAMILY_SHARE * 200)) and len(every) > 40
     assert {r.link.partition(":")[0] for c in cases for r in c.values() if r.link} >= {
         "query_equal", "query_opposite", "query_orthogonal"}
+
+
+def test_every_seed_puts_products_of_inputs_on_the_subnormal_grid_in_a_full_check():
+    """Every float input at the scale where their products are a few spacings of f32's
+    subnormal grid, on every seed within a full check's family cases: a scale moved
+    before a product (q * 0.25 before q @ k^T) rounds there, exact as the scale is."""
+    s = load_spec("specs/attention_scores.py")
+    scale = product_scale([s.inputs["q"], s.inputs["k"]])
+    for seed in range(5):
+        cases = family_recipes(s, seed=seed, count=int(FAMILY_SHARE * 200))
+        tiny = [c for c in cases if c["q"].pattern == c["k"].pattern == "scaled"
+                and c["q"].fraction == c["k"].fraction == scale]
+        assert len(tiny) == 1
+        x = build_inputs(s, tiny[0])
+        products = np.abs(np.asarray(x["q"], np.float64)[:, :, None, :]
+                          * np.asarray(x["k"], np.float64)[:, None, :, :])
+        typical = float(np.median(products[products > 0]))
+        smallest_normal = float(np.finfo(np.float32).tiny)
+        spacing = float(np.finfo(np.float32).smallest_subnormal)
+        assert 2 * spacing < typical < smallest_normal / 2**16

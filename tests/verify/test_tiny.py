@@ -83,3 +83,26 @@ def test_a_flush_to_zero_or_a_lost_term_is_refused():
                         examples=1)
         assert not verdict.equivalent
         assert verdict.counterexample.mismatch.check == "precision"
+
+
+def test_a_scale_moved_before_a_product_is_refused_where_products_are_subnormal():
+    """q * 0.25 before q @ k^T is exact as long as the products are normal numbers; where
+    they fall on the subnormal grid (inputs normal, products not: no input resolution
+    excuses it), scaled first they round at a quarter of their size, four times the
+    baseline's error. Every full check tries that input (families.product_scale)."""
+    from pathlib import Path
+
+    from stochopt.spec import load_spec
+    from stochopt.verify.families import product_scale
+
+    root = Path(__file__).resolve().parents[2]
+    s = load_spec(root / "specs" / "attention_scores.py")
+    kernel = parse((root / "tests" / "verify" / "corpus" / "borderline" /
+                    "attention_scores__prescaled_q.leir").read_text())
+    scale = product_scale([s.inputs["q"], s.inputs["k"]])
+    x = build_inputs(s, {"q": Recipe("scaled", 5910, scale), "k": Recipe("scaled", 5911, scale),
+                         "mask": Recipe("random", 4200)})
+    assert not subnormal_inputs(s, x)
+    verdict = check(kernel, s, extra_inputs=[x], structured=False, examples=1)
+    assert not verdict.equivalent
+    assert verdict.counterexample.mismatch.check == "precision"
