@@ -125,7 +125,8 @@ def run_facts(run_dir: str | Path, now: float | None = None) -> dict:
                                           "baseline.leir", "best.leir", lineterm="")),
         "unproved": _unproved(best_json, baseline_cycles, notes),
         "relies_on": _relies_on(rd, run, best_text, machine, best_error, notes),
-        "counterexamples": _count_files(rd / COUNTEREXAMPLES),
+        # the inputs that refuted kernels (a refuted best's own .leir sits beside one)
+        "counterexamples": _count_files(rd / COUNTEREXAMPLES, ".npz"),
         "llm_transcripts": _count_files(rd / LLM_TRANSCRIPTS),
         # requests, prompt sizes, failures, the yield per form and variant, improvements
         "llm": llm_facts(rd, run, events["llm_proved"], improvements),
@@ -454,9 +455,9 @@ def _unproved(best_json: dict, baseline_cycles: int, notes: list[str]) -> dict |
     return u
 
 
-def _count_files(path: Path) -> int:
+def _count_files(path: Path, suffix: str = "") -> int:
     try:
-        return sum(1 for p in path.iterdir() if p.is_file())
+        return sum(1 for p in path.iterdir() if p.is_file() and p.name.endswith(suffix))
     except OSError:
         return 0
 

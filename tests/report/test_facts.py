@@ -131,8 +131,10 @@ def test_a_failed_recheck_is_named(make_run, best_cycles):
     baseline = (make_run("first") / "baseline.leir").read_text()
     rd = make_run("recheck", best_text=baseline)  # the search puts the baseline back
     (rd / "counterexamples" / "recheck.npz").write_bytes(b"")
+    (rd / "counterexamples" / "recheck.leir").write_text(baseline)  # the refuted kernel
     f = run_facts(rd)
     assert f["best_cycles"] == 7652
+    assert f["counterexamples"] == 1  # inputs that refuted kernels, not the kernel beside
     assert f["notes"] == [f"the events record a best of {best_cycles} cycles that best.leir "
                           "does not hold: the final re-check failed (see "
                           "counterexamples/recheck.npz)"]
