@@ -64,12 +64,18 @@ FAMILY_LINKS = ("mask_top_k", "mask_bottom_k", "query_equal", "query_opposite",
 JOINT_FAMILIES = ("corners",)
 
 
+def centre_and_reach(t: TensorSpec) -> tuple[float, float]:
+    """The range's point nearest 0, which "scaled" values shrink towards, and the
+    farthest any value of the range lies from it."""
+    lo, hi = t.bounds
+    centre = min(max(0.0, lo), hi)
+    return centre, max(hi - centre, centre - lo)
+
+
 def scales(t: TensorSpec) -> tuple[float, ...]:
     """Log-spaced scales from 0.1 down to where values are a few of the dtype's
     smallest subnormals."""
-    lo, hi = t.bounds
-    centre = min(max(0.0, lo), hi)
-    reach = max(hi - centre, centre - lo, 1e-300)
+    reach = max(centre_and_reach(t)[1], 1e-300)
     low = np.log10(max(4 * SMALLEST[t.dtype] / reach, 1e-300))
     return tuple(float(s) for s in np.logspace(-1, low, SCALE_STEPS))
 
@@ -84,8 +90,7 @@ def product_scale(tensors: list[TensorSpec]) -> float:
     another's, land on the subnormal grid at TINY_PRODUCT: products there round at
     a few bits, so a kernel that moves a scale before a product (or after it) rounds
     differently from the baseline however exact the scale is."""
-    reaches = [max(hi - c, c - lo, 1e-300) for lo, hi in (t.bounds for t in tensors)
-               for c in [min(max(0.0, lo), hi)]]
+    reaches = [max(centre_and_reach(t)[1], 1e-300) for t in tensors]
     mean_reach = float(np.exp(np.mean(np.log(reaches))))
     return float(np.sqrt(TINY_PRODUCT)) / mean_reach
 
@@ -114,12 +119,11 @@ def family_tensor(t: TensorSpec, pattern: str, parameter: float,
     if t.dtype == "bool":
         return _mask(pattern, parameter, rng, shape)
     lo, hi = t.bounds
-    centre = min(max(0.0, lo), hi)
+    centre, reach = centre_and_reach(t)
     u = rng.uniform(lo, hi, (rows, n))
     if pattern == "scaled":
         x = centre + (u - centre) * parameter
     elif pattern == "mixed_scales":
-        reach = max(hi - centre, centre - lo)
         low = np.log10(max(SMALLEST[t.dtype], 1e-300) / max(reach, 1e-300))
         size = reach * 10.0 ** rng.uniform(low, 0.0, (rows, n))
         up = rng.random((rows, n)) < (hi - centre) / max(hi - lo, 1e-300)
