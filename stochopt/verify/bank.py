@@ -324,7 +324,9 @@ class CheckContext:
 
         entry = inputs.entry
         if entry.nearby is None:
-            entry.nearby = baseline_error_nearby(self.spec, self.baseline, inputs)
+            entry.nearby = baseline_error_nearby(self.spec, self.baseline, inputs,
+                                                 reference=entry.reference,
+                                                 magnitude=entry.magnitude)
             self._account(entry, entry.nearby.nbytes)
             self._write(entry)
         return entry.nearby

@@ -49,26 +49,28 @@ REORDERINGS = 4
 
 
 def baseline_error_nearby(spec: Spec, baseline: Kernel, inputs: dict[str, np.ndarray],
-                          count: int = NEARBY_INPUTS) -> np.ndarray:
+                          count: int = NEARBY_INPUTS, reference: np.ndarray | None = None,
+                          magnitude: np.ndarray | None = None) -> np.ndarray:
     """The baseline's worst precision error (a fraction of the tolerance) per row (the
     last axis) on `count` inputs near these (strategies.nearby_inputs), and on these
     with its sums added in REORDERINGS other orders: the error level of the spec's own
     formula around this input, which the input alone, in one order of additions,
     measures by luck of rounding. A kernel may sum in any order; a dot product that
-    cancels to a small result rounds to an error that depends on the order alone."""
-    ref = reference_output(spec, inputs)
-    tol = tolerance(ref, spec.output_dtype, spec.rtol, spec.atol,
-                    magnitudes(baseline, inputs, ref))
+    cancels to a small result rounds to an error that depends on the order alone.
+    ``reference`` and ``magnitude``: those of these inputs, where the caller has them."""
+    def tolerance_at(x, ref=None, size=None):
+        ref = reference_output(spec, x) if ref is None else ref
+        size = magnitudes(baseline, x, ref) if size is None else size
+        return ref, tolerance(ref, spec.output_dtype, spec.rtol, spec.atol, size)
+
+    ref, tol = tolerance_at(inputs, reference, magnitude)
     worst = np.zeros(())
     for order in range(1, REORDERINGS + 1):
         worst = np.maximum(worst, row_worst(precision_ratio(
             emulate(baseline, inputs, order=order), ref, tol)))
     for i in range(count):
         x = nearby_inputs(spec, inputs, seed=i)
-        ref = reference_output(spec, x)
-        tol = tolerance(ref, spec.output_dtype, spec.rtol, spec.atol,
-                        magnitudes(baseline, x, ref))
+        ref, tol = tolerance_at(x)
         worst = np.maximum(worst, row_worst(precision_ratio(emulate(baseline, x),
                                                            ref, tol)))
     return worst
-

@@ -121,7 +121,8 @@ class ScreeningSet:
                 and self.spec.atol is None):
             # as check() does: judge again by the baseline's worst error nearby
             if self.baseline_nearby[i] is None:
-                self.baseline_nearby[i] = baseline_error_nearby(self.spec, self.baseline, x)
+                self.baseline_nearby[i] = baseline_error_nearby(
+                    self.spec, self.baseline, x, reference=ref, magnitude=size)
             prec, bad = precision_check(got, ref, self.spec.output_dtype, self.spec.rtol,
                                         self.spec.atol, base, self.baseline_nearby[i], size)
         if bad is None:
