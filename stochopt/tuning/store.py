@@ -70,6 +70,21 @@ def _row(row: sqlite3.Row | None) -> dict | None:
     return out
 
 
+def _set_wal(connection: sqlite3.Connection) -> None:
+    """Put the file in WAL mode. Switching a new file's journal needs a lock that SQLite
+    does not wait for with the busy timeout (two processes opening a fresh file at once
+    see "database is locked" at once), so retry here until BUSY_TIMEOUT_S has passed."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            connection.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
 class TuningDB:
     """The database at ``path`` (default: default_path()). ``create=False`` refuses a
     path with no file instead of making one (the read-only commands use it)."""
@@ -89,7 +104,7 @@ class TuningDB:
             raise self._unavailable(e) from None
         try:
             self.connection.row_factory = sqlite3.Row
-            self.connection.execute("PRAGMA journal_mode = WAL")
+            _set_wal(self.connection)
             self.connection.execute("PRAGMA synchronous = FULL")
             self.connection.execute("PRAGMA foreign_keys = ON")
             if check and self.connection.execute("PRAGMA quick_check(1)").fetchone()[0] \

@@ -3,6 +3,7 @@ runs read back."""
 
 import os
 import sqlite3
+import threading
 
 import pytest
 
@@ -101,3 +102,20 @@ def test_two_connections_see_each_others_writes(tmp_path, store):
     assert store.kernel(row["uid"])["cycles"] == row["cycles"]
     with sqlite3.connect(store.path) as c:
         assert c.execute("PRAGMA quick_check").fetchone()[0] == "ok"
+
+
+def test_opening_a_file_another_process_is_writing_waits_for_it(tmp_path):
+    # Switching to WAL while another connection holds the write lock fails at once in
+    # SQLite, whatever the busy timeout: two runs opening a fresh file at once met it.
+    path = tmp_path / "t.db"
+    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("CREATE TABLE other (x)")
+    release = threading.Timer(0.3, lambda: writer.execute("COMMIT"))
+    release.start()
+    try:
+        with TuningDB(path) as store:
+            assert store.connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        release.join()
+        writer.close()
