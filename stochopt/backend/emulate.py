@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from stochopt.backend.casts import cast
 from stochopt.errors import StochoptError
 from stochopt.leir.ir import Kernel
 from stochopt.leir.ops import BF16, MOVEMENT, OPS, SHAPE_OP
@@ -125,9 +126,9 @@ def convert_input(name: str, t: TensorType, inputs: Mapping[str, np.ndarray],
     if x.shape != t.shape:
         raise StochoptError(f"input {name!r} has shape {x.shape}, the kernel wants {t.shape}")
     if exact:
-        return x.astype(np.float64) if t.dtype in ("f32", "bf16") else x.astype(
+        return cast(x, np.float64) if t.dtype in ("f32", "bf16") else x.astype(
             np.bool_ if t.dtype == "bool" else np.int64)
-    return x.astype(native_dtype(t.dtype), copy=False)  # values are never written to
+    return cast(x, native_dtype(t.dtype))  # values are never written to
 
 
 def _exact(op: str, args, attrs, dtype: str) -> np.ndarray:
@@ -136,7 +137,7 @@ def _exact(op: str, args, attrs, dtype: str) -> np.ndarray:
         return out.astype(np.bool_, copy=False)
     if dtype == "i32":
         return out.astype(np.int64, copy=False)
-    return out.astype(np.float64, copy=False)
+    return cast(out, np.float64)
 
 
 def _native(op: str, args, attrs, dtype: str) -> np.ndarray:
@@ -150,11 +151,11 @@ def _native(op: str, args, attrs, dtype: str) -> np.ndarray:
         return np.asarray(entry.evaluate(args, attrs))
     # bf16 values are computed in float32 and rounded once per op, as the ALU does,
     # unless the op's entry says how the machine computes it (its native numerics)
-    widened = [a.astype(np.float32) if isinstance(a, np.ndarray) and a.dtype == BF16 else a
+    widened = [cast(a, np.float32) if isinstance(a, np.ndarray) and a.dtype == BF16 else a
                for a in args]
     out = entry.native(widened, attrs, dtype) if entry.native else entry.evaluate(widened,
                                                                                   attrs)
-    return np.asarray(out).astype(out_dtype, copy=False)
+    return cast(out, out_dtype)
 
 
 def random_inputs(kernel: Kernel, seed: int = 0, low: float = -10.0,

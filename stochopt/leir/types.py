@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import cache
 from math import prod
 
 import numpy as np
@@ -42,6 +43,7 @@ def native_dtype(dtype: str) -> np.dtype:
     return found if found is not None else bfloat16()
 
 
+@cache
 def bfloat16() -> np.dtype:
     """numpy's dtype for bf16 values (ml_dtypes'), imported on first use."""
     import ml_dtypes

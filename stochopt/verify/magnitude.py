@@ -28,6 +28,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from stochopt.backend.casts import cast
 from stochopt.leir.ir import Kernel
 from stochopt.leir.ops import OPS
 from stochopt.leir.rules import Const
@@ -49,8 +50,8 @@ def magnitudes(kernel: Kernel, inputs: Mapping[str, np.ndarray],
         for i, node in enumerate(kernel.nodes):
             if node.op == "input":
                 x = np.asarray(inputs[node.attr("name")])
-                values[i] = x.astype(np.float64) if x.dtype != np.bool_ else x
-                sizes[i] = np.abs(values[i].astype(np.float64))
+                values[i] = cast(x, np.float64) if x.dtype != np.bool_ else x
+                sizes[i] = np.abs(cast(values[i], np.float64))
                 continue
             args = [a.value if isinstance(a, Const) else values[a] for a in node.args]
             mags = [abs(float(a.value)) if isinstance(a, Const) else sizes[a]
@@ -58,7 +59,7 @@ def magnitudes(kernel: Kernel, inputs: Mapping[str, np.ndarray],
             attrs = dict(node.attrs)
             value = np.asarray(OPS[node.op].evaluate(args, attrs))
             if node.type.dtype in ("f32", "bf16"):
-                value = value.astype(np.float64, copy=False)
+                value = cast(value, np.float64)
             values[i] = value
             sizes[i] = _magnitude(node.op, args, mags, attrs, value)
     out = np.asarray(sizes[kernel.output], np.float64)
@@ -98,7 +99,7 @@ def _magnitude(op: str, args: list, mags: list, attrs: dict, value: np.ndarray):
     if op == "sqrt":
         return np.sqrt(mags[0])
     if op == "cast":
-        return mags[0] if value.dtype == np.float64 else np.abs(value.astype(np.float64))
+        return mags[0] if value.dtype == np.float64 else np.abs(cast(value, np.float64))
     if op in ("neg", "abs"):
         return mags[0]
-    return np.abs(value.astype(np.float64))  # functions, comparisons, full
+    return np.abs(cast(value, np.float64))  # functions, comparisons, full

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from stochopt.backend.casts import cast
 from stochopt.backend.emulate import emulate
 from stochopt.errors import StochoptError
 from stochopt.leir.ir import Kernel
@@ -20,7 +21,7 @@ def reference_output(spec: Spec, inputs: dict[str, np.ndarray]) -> np.ndarray:
     args = {}
     for n, x in inputs.items():
         dtype = spec.inputs[n].dtype
-        args[n] = x.astype(np.float64) if dtype in ("f32", "bf16") else (
+        args[n] = cast(x, np.float64) if dtype in ("f32", "bf16") else (
             x.astype(np.int64) if dtype == "i32" else x.astype(bool))
     try:
         with np.errstate(all="ignore"):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 from hypothesis import strategies as st
 
+from stochopt.backend.casts import cast
 from stochopt.leir.types import native_dtype
 from stochopt.spec import Spec, TensorSpec
 from stochopt.verify.families import (
@@ -314,8 +315,8 @@ def representable(x: np.ndarray, dtype: str, lo: float, hi: float) -> np.ndarray
     native = native_dtype(dtype)
     if dtype == "i32":
         return np.clip(np.rint(x), lo, hi).astype(native)
-    y = x.astype(native)
-    back = y.astype(np.float64)
+    y = cast(x, native)
+    back = cast(y, np.float64)
     # rounding may step just outside the range: step back towards the inside
     too_high, too_low = back > hi, back < lo
     if too_high.any() or too_low.any():

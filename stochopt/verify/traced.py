@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
+from stochopt.backend.casts import cast
 from stochopt.backend.emulate import convert_input, evaluate_node
 from stochopt.leir.ir import Kernel
 from stochopt.leir.rules import Const
@@ -54,12 +55,12 @@ def run(kernel: Kernel, inputs: Mapping[str, np.ndarray], wanted: Iterable[int],
                 continue
             native = not exact or i in native_nodes
             args = [a.value if isinstance(a, Const) else
-                    (np.asarray(values[a]).astype(native_dtype(nodes[a].type.dtype))
+                    (cast(values[a], native_dtype(nodes[a].type.dtype))
                      if exact and native else values[a]) for a in node.args]
             types = [a if isinstance(a, Const) else nodes[a].type for a in node.args]
             out = evaluate_node(node.op, node.type, types, args, dict(node.attrs),
                                 exact=not native)
-            values[i] = np.asarray(out).astype(np.float64) if exact and native else out
+            values[i] = cast(out, np.float64) if exact and native else out
             for a in node.inputs:
                 if last[a] == i and a not in wanted:
                     values[a] = None
