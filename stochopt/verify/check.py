@@ -36,7 +36,7 @@ from stochopt.verify.compare import (
     precision_check,
     semantic_error,
 )
-from stochopt.verify.counts import counted_nodes, exact_output
+from stochopt.verify.counts import exact_output, rounding_counts
 from stochopt.verify.coverage import NO_DECISIONS, coverage_of, coverage_warnings
 from stochopt.verify.directed import directed_inputs
 from stochopt.verify.hunting import kernel_boundaries
@@ -157,7 +157,7 @@ class _Comparison:
         self.precision = 0.0
         self.count = 0
         self.typical_scale = context.typical_scale
-        self.counted = counted_nodes(kernel)
+        self.counted = rounding_counts(kernel)
         # the kernel's native output where coverage.Coverage.native observes decisions
         # (None: the context's, from the node values it shares)
         self.native = None

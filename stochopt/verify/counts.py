@@ -39,6 +39,9 @@ WHOLE_OPS = frozenset({"add", "sub", "mul", "neg", "abs", "maximum", "minimum", 
                        "store", "relayout", "slice", "concat", "transpose", "reshape",
                        "broadcast_to"})
 FLOATS = ("f32", "bf16")
+# the ops that can round a whole number held in a float; the rest of WHOLE_OPS, and a
+# full whose value its dtype holds, give in float64 exactly what the machine gives
+ROUNDING_OPS = frozenset({"add", "sub", "mul", "reduce_sum", "matmul", "cast"})
 
 
 def counted_nodes(kernel: Kernel) -> frozenset[int]:
@@ -64,6 +67,14 @@ def counted_nodes(kernel: Kernel) -> frozenset[int]:
                      if whole[i] and node.type.dtype in FLOATS)
 
 
+def rounding_counts(kernel: Kernel) -> frozenset[int]:
+    """The counted nodes whose value the machine may round: the ones exact_output
+    computes as the hardware does. A kernel with none (a zero-filled accumulator is
+    counted, and exact everywhere) runs in plain exact mode, whose node values a full
+    check shares between kernels (backend/node_values.py)."""
+    return frozenset(i for i in counted_nodes(kernel) if kernel.nodes[i].op in ROUNDING_OPS)
+
+
 def _whole(value, dtype: str) -> bool:
     """A whole number that the node's dtype holds exactly (any, for ints and bools)."""
     if not (isinstance(value, bool | int | np.integer) or float(value).is_integer()):
@@ -75,7 +86,7 @@ def exact_output(kernel: Kernel, inputs: Mapping[str, np.ndarray],
                  counted: frozenset[int] | None = None) -> np.ndarray:
     """The kernel's exact-mode output, with counted values in float dtypes computed as
     the hardware does (module doc); emulate(exact=True) when it has none."""
-    counted = counted_nodes(kernel) if counted is None else counted
+    counted = rounding_counts(kernel) if counted is None else counted
     if not counted:
         return emulate(kernel, inputs, exact=True)
     return traced.run(kernel, inputs, [kernel.output], exact=True,

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from stochopt import spec, tensor
-from stochopt.backend.emulate import emulate
+from stochopt.backend.emulate import emulate, random_inputs
 from stochopt.leir import parse
 from stochopt.verify import check, traced
-from stochopt.verify.counts import counted_nodes, exact_output
+from stochopt.verify.counts import counted_nodes, exact_output, rounding_counts
 from stochopt.verify.strategies import random_spec_inputs
 
 
@@ -85,3 +85,20 @@ def test_traced_values_are_emulates_own(exact, spec_and_baseline):
     assert set(values) == set(wanted)
     need = traced.needed(baseline, [3])
     assert need[3] and not need[baseline.output]
+
+
+def test_counts_that_cannot_round_leave_the_kernel_in_plain_exact_mode():
+    # a zero-filled accumulator and a clamp are counted, and exact in any dtype: only
+    # the counted nodes that can round are computed natively (and a kernel with none
+    # shares its exact values with the other kernels of a full check)
+    kernel = parse('def kernel(x: "f32[32,1024] @ dram") -> "f32[32,1] @ dram":\n'
+                   '    xs = load(x, "(32,1024)/((8_L2B,4_L1B),(1024))")\n'
+                   '    acc = full((32, 1), 0.0, "f32", "(32,1)/((8_L2B,4_L1B),(1))")\n'
+                   "    acc = acc + reduce_sum(xs, axis=1, keepdims=True)\n"
+                   "    return store(acc)\n")
+    assert counted_nodes(kernel) and not rounding_counts(kernel)
+    inputs = random_inputs(kernel, seed=0)
+    assert np.array_equal(exact_output(kernel, inputs), emulate(kernel, inputs, exact=True))
+    count = parse(_kernel("bf16"))
+    rounding = {count.nodes[i].op for i in rounding_counts(count)}
+    assert rounding and rounding <= {"cast", "reduce_sum"}
