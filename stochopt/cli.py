@@ -332,6 +332,8 @@ def _print_verdict(kernel_path: str, spec, verdict) -> None:
               type=click.Choice(["auto", "json", "grammar", "off"]),
               help="Constrain the LLM's replies where the server can: auto (probe it), json "
               "(plans by JSON schema), grammar (every reply by GBNF grammar), off.")
+@click.option("--llm-pace/--no-llm-pace", "pace", default=True, show_default=True,
+              help="Slow LLM requests down while their replies bring nothing faster.")
 @click.option("--llm-cache", "cache", default=None, type=click.Path(file_okay=False),
               help="Replay identical prompts from this folder (and fill it).")
 @db_option

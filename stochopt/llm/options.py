@@ -30,6 +30,7 @@ DEFAULTS = {
     "failures_in_prompt": 4,
     "structured": "auto",      # constrained decoding: auto, json, grammar or off
     "forms": None,             # the reply forms asked for (plan, edit, kernel); unset: all
+    "pace": True,              # slow requests down while replies bring nothing faster
 }
 LOCAL_TIMEOUT_S = 600.0        # the default timeout for a server on this machine
 
@@ -73,6 +74,8 @@ def llm_options(llm: dict | None, max_cost: float | None = None) -> dict | None:
     if o["structured"] not in MODES:
         raise StochoptError(f"LLM setting structured must be one of {', '.join(MODES)}, got "
                             f"{o['structured']!r}")
+    if not isinstance(o["pace"], bool):
+        raise StochoptError(f"LLM setting pace must be true or false, got {o['pace']!r}")
     if o["forms"] is not None:
         forms = [o["forms"]] if isinstance(o["forms"], str) else o["forms"]
         if not isinstance(forms, list | tuple) or not forms or \

@@ -53,6 +53,7 @@ from stochopt.llm.forms import FORMS, MAX_PLAN_STEPS, FormYield, answer_text, fo
 from stochopt.llm.gbnf import to_gbnf
 from stochopt.llm.grammar import edit_grammar, kernel_grammar, plan_grammar, plan_schema
 from stochopt.llm.options import DEFAULTS
+from stochopt.llm.pacing import Pacer
 from stochopt.llm.plan_prompt import PlanPrompts
 from stochopt.llm.prompt import LEVELS, Prompt, PromptBuilder, load_templates
 from stochopt.llm.steering import RuleSteering
@@ -96,6 +97,8 @@ class LLMProposer:
         self.forms = tuple(options.get("forms") or FORMS)
         self.yields = {f: FormYield() for f in FORMS}
         self.steering = RuleSteering()
+        self.pacer = Pacer()
+        self._faster: set[str] = set()  # requests that brought a faster candidate
         self._notes: list[str] = []    # lines for the user, put on the next candidate
         self.failures: deque[dict] = deque(maxlen=max(8, options["failures_in_prompt"]))
         self.rng = random.Random(f"llm-{chain_index if seed is None else seed}")
@@ -171,18 +174,22 @@ class LLMProposer:
         outcome = event["outcome"]
         error = self._explain(event, cand)
         verdict = judged(event)
+        faster = verdict["accepted"] and faster_than_shown(event, cand)
         with self._cond:
+            if faster:
+                self._faster.add(cand.request)
             t = self.transcripts.get(cand.request)
             if t is not None:
                 t["candidates"][cand.number].update(
                     outcome=outcome, cycles=event.get("cycles"), error=error, **verdict)
                 if all(c.get("outcome") for c in t["candidates"]):
+                    self._pace(t, cand.request)
                     self._save(t)
             if cand.move != "request_failed":
                 y = self.yields[cand.form]
                 y.well_typed += verdict["well_typed"]
                 y.accepted += verdict["accepted"]
-            if verdict["accepted"] and cand.steps and faster_than_shown(event, cand):
+            if faster and cand.steps:
                 self.steering.reinforce(s.rule for s in cand.steps)  # the model's judgement
         if outcome != BEST and cand.move != "request_failed":
             self.failures.append({"outcome": outcome, "cycles": event.get("cycles"),
@@ -241,7 +248,8 @@ class LLMProposer:
             waiting = len({c.request for c in self._ready})
             free = self.options["concurrency"] - len(self._in_flight) - waiting
             if (free <= 0 or self._stopping() or self._over_budget() or self.stopped
-                    or time.monotonic() < self._cooldown_until):
+                    or time.monotonic() < self._cooldown_until
+                    or (self._paced(chain) and not self.pacer.ready(time.monotonic()))):
                 return
             if self.gate is not None:
                 free = self.gate.acquire(free)
@@ -268,6 +276,20 @@ class LLMProposer:
             threading.Thread(target=self._request,
                              args=(rid, variant, kernel, path, failures, earlier),
                              daemon=True, name=f"stochopt-llm-{rid}").start()
+
+    def _paced(self, chain) -> bool:
+        """Whether this chain's requests wait on the pacer (stochopt/llm/pacing.py)."""
+        return self.options.get("pace", True) and getattr(chain, "arms", None) != ["llm"]
+
+    def _pace(self, t: dict, rid: str) -> None:
+        """A reply fully judged: into the pacer, and a line when the duty changes."""
+        if self._chain is None or not self._paced(self._chain) or t.get("status") != "ok":
+            return
+        note = self.pacer.judged(t.get("latency_s") or 0.0, rid in self._faster,
+                                 time.monotonic())
+        t["duty"] = self.pacer.duty
+        if note:
+            self._notes.append(note)
 
     def _best_kernel(self, chain):
         """The kernel the prompts show (the best the chain knows) and its path from the
@@ -566,7 +588,6 @@ class LLMProposer:
         if self.dir is not None:
             write_json_atomic(self.dir / f"{t['id']}.json",
                               {k: v for k, v in t.items() if k != "variant_obj"})
-
 
 
 def variant_form(t: dict) -> str:
