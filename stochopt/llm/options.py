@@ -35,7 +35,8 @@ DEFAULTS = {
 LOCAL_TIMEOUT_S = 600.0        # the default timeout for a server on this machine
 
 
-def _on_this_machine(base_url: str | None) -> bool:
+def on_this_machine(base_url: str | None) -> bool:
+    """Whether the endpoint is a server on this machine (localhost, 127.x)."""
     host = urlparse(base_url or os.environ.get("OPENAI_BASE_URL") or "").hostname or ""
     return host in ("localhost", "::1") or host.startswith("127.")
 
@@ -53,7 +54,7 @@ def llm_options(llm: dict | None, max_cost: float | None = None) -> dict | None:
     if max_cost is not None:
         o["max_cost"] = max_cost
     if o["timeout_s"] is None:   # a CPU-bound local model reads a 3k-token prompt in minutes
-        o["timeout_s"] = LOCAL_TIMEOUT_S if _on_this_machine(o["base_url"]) else 60.0
+        o["timeout_s"] = LOCAL_TIMEOUT_S if on_this_machine(o["base_url"]) else 60.0
     for key, low in (("concurrency", 1), ("retries", 0), ("n", 1), ("failures_in_prompt", 0)):
         v = o[key]
         if not isinstance(v, int) or isinstance(v, bool) or v < low or v > 64:

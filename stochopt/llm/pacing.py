@@ -11,6 +11,9 @@ back to 1. After each reply the next request waits its latency times (1 / duty -
 the floor, a 12-second reply is followed by 84 seconds without a request. The model is
 never switched off: a plan that pays late is still found, at the floor's rate.
 
+A server on this machine starts at LOCAL_START: its requests take the chains' cores from
+the first one, so the first replies must earn the full rate.
+
 A chain whose only arm is the llm is not paced (nothing else could use the time), nor
 is a proposer with ``pace`` off (``optimize(llm={"pace": False})``).
 """
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 
 PATIENCE = 4          # judged replies in a row without a faster candidate per halving
 FLOOR = 1.0 / 8.0     # the least duty: a model is slowed down, never switched off
+LOCAL_START = 0.5     # the first duty of a server on this machine
 
 
 @dataclass

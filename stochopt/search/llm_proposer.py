@@ -52,8 +52,8 @@ from stochopt.llm.context import (
 from stochopt.llm.forms import FORMS, MAX_PLAN_STEPS, FormYield, answer_text, form_weights
 from stochopt.llm.gbnf import to_gbnf
 from stochopt.llm.grammar import edit_grammar, kernel_grammar, plan_grammar, plan_schema
-from stochopt.llm.options import DEFAULTS
-from stochopt.llm.pacing import Pacer
+from stochopt.llm.options import DEFAULTS, on_this_machine
+from stochopt.llm.pacing import LOCAL_START, Pacer
 from stochopt.llm.plan_prompt import PlanPrompts
 from stochopt.llm.prompt import LEVELS, Prompt, PromptBuilder, load_templates
 from stochopt.llm.steering import RuleSteering
@@ -97,7 +97,7 @@ class LLMProposer:
         self.forms = tuple(options.get("forms") or FORMS)
         self.yields = {f: FormYield() for f in FORMS}
         self.steering = RuleSteering()
-        self.pacer = Pacer()
+        self.pacer = Pacer(LOCAL_START if on_this_machine(options.get("base_url")) else 1.0)
         self._faster: set[str] = set()  # requests that brought a faster candidate
         self._notes: list[str] = []    # lines for the user, put on the next candidate
         self.failures: deque[dict] = deque(maxlen=max(8, options["failures_in_prompt"]))

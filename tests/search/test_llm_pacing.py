@@ -16,7 +16,7 @@ if str(ROOT) not in sys.path:
 from stochopt.backend.cost import cost  # noqa: E402
 from stochopt.errors import StochoptError  # noqa: E402
 from stochopt.llm.options import llm_options  # noqa: E402
-from stochopt.llm.pacing import FLOOR, PATIENCE, Pacer  # noqa: E402
+from stochopt.llm.pacing import FLOOR, LOCAL_START, PATIENCE, Pacer  # noqa: E402
 from stochopt.lower import lower  # noqa: E402
 from stochopt.machine import load_machine  # noqa: E402
 from stochopt.search.chain import ChainConfig  # noqa: E402
@@ -85,10 +85,11 @@ def test_a_mixed_chain_asks_a_model_that_lands_nothing_less_often(softmax, tmp_p
     spec, machine, baseline = softmax
     with LLMServer(default=reply("no plan here")) as server:
         llm, chain = _proposer(softmax, tmp_path, server, ["mutate", "llm"])
-        _step_until(chain, lambda: llm.pacer.duty < 1.0)
-        assert llm.pacer.dry == PATIENCE and llm.pacer.duty == 0.5
+        assert llm.pacer.duty == LOCAL_START   # a server on this machine starts at half
+        _step_until(chain, lambda: llm.pacer.duty < LOCAL_START)
+        assert llm.pacer.dry == PATIENCE and llm.pacer.duty == LOCAL_START / 2
         judged = [t for t in llm.transcripts.values() if "duty" in t]
-        assert [t["duty"] for t in judged][-1] == 0.5
+        assert [t["duty"] for t in judged][-1] == LOCAL_START / 2
         # while the pacer says wait, a free slot starts nothing
         llm.pacer.not_before = time.monotonic() + 60
         asked = len(llm.transcripts)
@@ -116,4 +117,5 @@ def test_an_llm_only_chain_or_pace_off_is_never_paced(softmax, tmp_path, arms, s
         _step_until(chain, lambda: sum(t.get("status") == "ok"
                                        for t in llm.transcripts.values()) > PATIENCE + 1)
         llm.close()
-    assert llm.pacer.duty == 1.0 and not any("duty" in t for t in llm.transcripts.values())
+    assert llm.pacer.duty == LOCAL_START and not any("duty" in t
+                                                     for t in llm.transcripts.values())
