@@ -37,6 +37,6 @@ def to_bf16(x: np.ndarray) -> np.ndarray:
     ties = np.flatnonzero(low == 0x8000)
     if len(ties):
         wide = np.ravel(x)[ties]
-        twice = ties[np.ravel(narrow)[ties] != wide]
-        out.reshape(-1)[twice] = np.ravel(x)[twice].astype(bfloat16())
+        twice = np.ravel(narrow)[ties] != wide
+        out.reshape(-1)[ties[twice]] = wide[twice].astype(bfloat16())
     return out
