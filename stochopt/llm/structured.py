@@ -25,9 +25,13 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from stochopt.llm.client import RequestFailed
+from stochopt.llm.forms import MAX_PLAN_STEPS
+from stochopt.llm.gbnf import to_gbnf
+from stochopt.llm.grammar import edit_grammar, kernel_grammar, plan_grammar, plan_schema
 
 MODES = ("auto", "json", "grammar", "off")
 JSON, GRAMMAR = "json", "grammar"
@@ -179,3 +183,28 @@ def _once_per_run(path: Path, probe) -> dict:
             found = probe()
             path.write_text(json.dumps(found))
             return found
+
+
+def reply_constraint(form: str, family: str, numbers: list[int], kernel_text: str):
+    """The shape of the reply a form asks for, as a JSON schema (family JSON) or a GBNF
+    grammar: a plan over the menu's entry numbers, edits of the kernel shown, or a
+    kernel with the shown kernel's signature."""
+    if form == "plan":
+        numbers = numbers or [1]
+        if family == JSON:
+            return plan_schema(numbers, MAX_PLAN_STEPS)
+        return to_gbnf(plan_grammar(numbers, MAX_PLAN_STEPS))
+    if form == "edit":
+        return _edit_gbnf(kernel_text)
+    return _kernel_gbnf(next(line for line in kernel_text.splitlines()
+                             if line.startswith("def ")))
+
+
+@lru_cache(maxsize=8)
+def _kernel_gbnf(def_line: str) -> str:
+    return to_gbnf(kernel_grammar(def_line, comments=False))
+
+
+@lru_cache(maxsize=8)
+def _edit_gbnf(kernel_text: str) -> str:
+    return to_gbnf(edit_grammar(kernel_text))

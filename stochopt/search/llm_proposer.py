@@ -23,7 +23,6 @@ import random
 import threading
 import time
 from collections import deque
-from functools import lru_cache
 from pathlib import Path
 
 from stochopt.backend.cost import cost
@@ -49,15 +48,13 @@ from stochopt.llm.context import (
     reply_room,
     table_context,
 )
-from stochopt.llm.forms import FORMS, MAX_PLAN_STEPS, FormYield, answer_text, form_weights
-from stochopt.llm.gbnf import to_gbnf
-from stochopt.llm.grammar import edit_grammar, kernel_grammar, plan_grammar, plan_schema
+from stochopt.llm.forms import FORMS, FormYield, answer_text, form_weights
 from stochopt.llm.options import DEFAULTS, on_this_machine
 from stochopt.llm.pacing import LOCAL_START, Pacer
 from stochopt.llm.plan_prompt import PlanPrompts
 from stochopt.llm.prompt import LEVELS, Prompt, PromptBuilder, load_templates
 from stochopt.llm.steering import RuleSteering
-from stochopt.llm.structured import JSON, Structured, fields
+from stochopt.llm.structured import Structured, fields, reply_constraint
 from stochopt.llm.variants import Variant, draw_variants, pick_failures, temperature_range
 from stochopt.rundir import BEST, INVALID, LLM_TRANSCRIPTS, REJECTED
 from stochopt.search.chain import Candidate
@@ -285,8 +282,9 @@ class LLMProposer:
         """A reply fully judged: into the pacer, and a line when the duty changes."""
         if self._chain is None or not self._paced(self._chain) or t.get("status") != "ok":
             return
-        note = self.pacer.judged(t.get("latency_s") or 0.0, rid in self._faster,
-                                 time.monotonic())
+        faster = rid in self._faster
+        self._faster.discard(rid)   # a request is judged once
+        note = self.pacer.judged(t.get("latency_s") or 0.0, faster, time.monotonic())
         t["duty"] = self.pacer.duty
         if note:
             self._notes.append(note)
@@ -404,7 +402,8 @@ class LLMProposer:
             dialect = self.structured.dialect(family) if family else None
             constraint = None
             if dialect is not None:
-                payload = self._constraint(variant.form, family, prompt, kernel)
+                menu = [e.number for e in getattr(prompt, "entries", ())]  # plan prompts
+                payload = reply_constraint(variant.form, family, menu, render(kernel))
                 constraint = fields(dialect, payload, f"stochopt_{variant.form}")
             t["structured"] = {**self.structured.describe(), "constrained": dialect}
             try:
@@ -418,19 +417,6 @@ class LLMProposer:
                 if note:
                     with self._cond:
                         self._notes.append(note)
-
-    def _constraint(self, form: str, family: str, prompt: Prompt, kernel):
-        """The shape of the reply a form asks for, as a JSON schema or a GBNF grammar."""
-        text = render(kernel)
-        if form == "plan":
-            numbers = [e.number for e in prompt.entries] or [1]
-            if family == JSON:
-                return plan_schema(numbers, MAX_PLAN_STEPS)
-            return to_gbnf(plan_grammar(numbers, MAX_PLAN_STEPS))
-        if form == "edit":
-            return _edit_gbnf(text)
-        return _kernel_gbnf(next(line for line in text.splitlines()
-                                 if line.startswith("def ")))
 
     def _shrink(self, t: dict, error: RequestFailed, sent: Prompt, kernel, failures, variant,
                 earlier) -> tuple[Prompt, int]:
@@ -592,13 +578,3 @@ class LLMProposer:
 
 def variant_form(t: dict) -> str:
     return (t.get("variant") or {}).get("form") or "kernel"
-
-
-@lru_cache(maxsize=8)
-def _kernel_gbnf(def_line: str) -> str:
-    return to_gbnf(kernel_grammar(def_line, comments=False))
-
-
-@lru_cache(maxsize=8)
-def _edit_gbnf(kernel_text: str) -> str:
-    return to_gbnf(edit_grammar(kernel_text))
