@@ -5,7 +5,8 @@ through the ops that can be inverted on intervals: movement and shape ops (the s
 values), neg, a constant added, subtracted, multiplied or divided, exp and log, sqrt,
 rsqrt, reciprocal, tanh, abs (both signs), casts, comparisons with a constant (true
 or false wanted), and reductions, where a whole row takes one value (a max, a min or a
-mean of a constant row is that value; a sum over n is n of them). The result is a list
+mean of a constant row is that value; a sum over n is n of them); and a row's range,
+its max minus its min over the last axis, which asks for rows with that spread. The result is a list
 of *alternatives*, each a conjunction of *goals*: an input, the interval its elements
 should lie in, and whether single elements or whole rows must be set (a where splits
 into its two branches, both its condition and the branch wanted; goals on one input
@@ -38,6 +39,7 @@ class Goal:
     input: str
     interval: Interval
     rows: bool   # True: whole rows at one value (through a reduction); else elements
+    spread: bool = False  # rows whose max - min lies in the interval (a row's range)
 
 
 Alternative = tuple[Goal, ...]   # goals that must hold together
@@ -79,6 +81,12 @@ def backprop(kernel: Kernel, node: int, want: Interval, rows: bool = False,
     if op == "mul" and len(n.args) == 2 and n.args[0] == n.args[1] and hi >= 0:
         low, top = np.sqrt(max(lo, 0.0)), np.sqrt(hi)  # a square
         return back(tensors[0], (low, top)) + back(tensors[0], (-top, -low))
+    if op == "sub" and len(tensors) == 2 and not consts:
+        ranged = _row_range(kernel, n.args[0], n.args[1])
+        if ranged is None:
+            return []
+        source, sign = ranged
+        return _spread(kernel, source, (lo, hi) if sign > 0 else (-hi, -lo), depth + 1)
     if len(tensors) == 1 and len(consts) == 1 and op in ("add", "sub", "mul", "div"):
         return _affine(n, tensors[0], consts[0], lo, hi, back)
     if len(tensors) != 1 or consts:
@@ -102,19 +110,67 @@ def backprop(kernel: Kernel, node: int, want: Interval, rows: bool = False,
     return []
 
 
+# ops between a row's values and the input they come from that keep the rows and the
+# spread of each row (the last axis is the row in both)
+_ROW_KEEPING = frozenset({"load", "store", "relayout", "cast", "broadcast_to", "reshape"})
+
+
+def _row_range(kernel: Kernel, a, b) -> tuple[int, int] | None:
+    """(source, sign) where a - b is sign * (max - min) of source's rows (last axis)."""
+    def reduction(arg):
+        while type(arg) is int and kernel.nodes[arg].op in _ROW_KEEPING:
+            arg = kernel.nodes[arg].args[0]
+        if type(arg) is not int or kernel.nodes[arg].op not in ("reduce_max", "reduce_min"):
+            return None
+        node = kernel.nodes[arg]
+        source = node.args[0]
+        if node.attr("axis") != len(kernel.nodes[source].type.shape) - 1:
+            return None
+        return node.op, source
+
+    first, second = reduction(a), reduction(b)
+    if first is None or second is None or first[1] != second[1] or first[0] == second[0]:
+        return None
+    return first[1], 1 if first[0] == "reduce_max" else -1
+
+
+def _spread(kernel: Kernel, node: int, want: Interval, depth: int) -> list[Alternative]:
+    """Rows of node whose max - min lies in want, followed back to an input through ops
+    that keep rows, constants added (the same spread) and constant scales."""
+    lo, hi = max(want[0], 0.0), want[1]
+    if depth > DEPTH or lo > hi:
+        return []
+    n = kernel.nodes[node]
+    if n.op == "input":
+        return [(Goal(n.attr("name"), (lo, hi), True, spread=True),)]
+    consts = [float(a.value) for a in n.args if isinstance(a, Const)]
+    if n.op in _ROW_KEEPING - {"broadcast_to", "reshape"} or n.op == "neg":
+        return _spread(kernel, n.args[0], (lo, hi), depth + 1)
+    if len(n.inputs) == 1 and len(consts) == 1:
+        c = abs(consts[0])
+        if n.op in ("add", "sub"):
+            return _spread(kernel, n.inputs[0], (lo, hi), depth + 1)
+        if n.op == "mul" and c > 0:
+            return _spread(kernel, n.inputs[0], (lo / c, hi / c), depth + 1)
+        if n.op == "div" and c > 0 and n.args[0] == n.inputs[0]:
+            return _spread(kernel, n.inputs[0], (lo * c, hi * c), depth + 1)
+    return []
+
+
 def both(first: list[Alternative], second: list[Alternative]) -> list[Alternative]:
     """Alternatives that meet both lists: goals on the same input and scope intersect,
     and a pair whose intervals do not meet is no alternative."""
     out = []
     for a in first:
         for b in second:
-            merged: dict[tuple[str, bool], Interval] = {}
+            merged: dict[tuple[str, bool, bool], Interval] = {}
             for goal in a + b:
-                key = (goal.input, goal.rows)
+                key = (goal.input, goal.rows, goal.spread)
                 lo, hi = merged.get(key, (-np.inf, np.inf))
                 merged[key] = (max(lo, goal.interval[0]), min(hi, goal.interval[1]))
             if all(lo <= hi for lo, hi in merged.values()):
-                out.append(tuple(Goal(name, iv, rows) for (name, rows), iv in merged.items()))
+                out.append(tuple(Goal(name, iv, rows, spread)
+                                 for (name, rows, spread), iv in merged.items()))
     return out
 
 
@@ -170,6 +226,8 @@ def _realize_goal(spec, inputs: dict[str, np.ndarray], goal: Goal,
     if t.dtype == "bool":
         return _realize_mask(inputs, goal, rng, share)
     lo, hi = t.bounds
+    if goal.spread:
+        return _realize_spread(inputs, goal, rng, share, lo, hi)
     a, b = max(goal.interval[0], lo), min(goal.interval[1], hi)
     if a > b:
         return None
@@ -183,6 +241,31 @@ def _realize_goal(spec, inputs: dict[str, np.ndarray], goal: Goal,
     else:
         pick = rng.random(rows.shape) < share
         rows[pick] = _draw(rng, a, b, int(pick.sum()))
+    out[goal.input] = x
+    return out
+
+
+def _realize_spread(inputs, goal: Goal, rng, share: float, lo: float, hi: float):
+    """A share of goal.input's rows with max - min in the goal's interval: each picked
+    row uniform between a start and start + w, both ends taken by one element each."""
+    a, b = max(goal.interval[0], 0.0), min(goal.interval[1], hi - lo)
+    if a > b:
+        return None
+    out = dict(inputs)
+    x = np.asarray(inputs[goal.input], np.float64).copy()
+    rows = x.reshape(-1, x.shape[-1])
+    pick = rng.random(rows.shape[0]) < share
+    pick[rng.integers(rows.shape[0])] = True
+    k, n = int(pick.sum()), rows.shape[1]
+    # inside the interval: a spread at its very end may round onto the boundary
+    width = _draw(rng, a + (b - a) * 0.05, b - (b - a) * 0.05, (k, 1)) if b > a else \
+        np.full((k, 1), a)
+    start = lo + rng.random((k, 1)) * (hi - lo - width)
+    values = start + width * rng.random((k, n))
+    if n > 1:
+        values[:, 0], values[:, 1] = start[:, 0], (start + width)[:, 0]
+        values = values[:, rng.permutation(n)]
+    rows[pick] = values
     out[goal.input] = x
     return out
 
