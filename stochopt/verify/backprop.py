@@ -6,9 +6,10 @@ values), neg, a constant added, subtracted, multiplied or divided, exp and log, 
 rsqrt, reciprocal, tanh, abs (both signs), casts, comparisons with a constant (true
 or false wanted), and reductions, where a whole row takes one value (a max, a min or a
 mean of a constant row is that value; a sum over n is n of them); and a row's range,
-its max minus its min over the last axis, which asks for rows with that spread. The result is a list
-of *alternatives*, each a conjunction of *goals*: an input, the interval its elements
-should lie in, and whether single elements or whole rows must be set (a where splits
+its max minus its min over the last axis, which asks for rows with that spread. The
+result is a list of *alternatives*, each a conjunction of *goals*: an input, the
+interval its elements should lie in, and whether single elements or whole rows must be
+set, or rows of a given spread (a where splits
 into its two branches, both its condition and the branch wanted; goals on one input
 intersect). A goal whose interval misses the input's declared range is dropped: along
 that path the wanted values are out of reach.
@@ -110,15 +111,17 @@ def backprop(kernel: Kernel, node: int, want: Interval, rows: bool = False,
     return []
 
 
-# ops between a row's values and the input they come from that keep the rows and the
-# spread of each row (the last axis is the row in both)
-_ROW_KEEPING = frozenset({"load", "store", "relayout", "cast", "broadcast_to", "reshape"})
+# ops that keep each row's values (the last axis is the row in both), so its spread
+_SAME_ROWS = frozenset({"load", "store", "relayout", "cast"})
+# and those that may also stand between a row's reduction (one value per row, kept as
+# an axis) and the difference of two of them
+_PER_ROW = _SAME_ROWS | {"broadcast_to", "reshape"}
 
 
 def _row_range(kernel: Kernel, a, b) -> tuple[int, int] | None:
     """(source, sign) where a - b is sign * (max - min) of source's rows (last axis)."""
     def reduction(arg):
-        while type(arg) is int and kernel.nodes[arg].op in _ROW_KEEPING:
+        while type(arg) is int and kernel.nodes[arg].op in _PER_ROW:
             arg = kernel.nodes[arg].args[0]
         if type(arg) is not int or kernel.nodes[arg].op not in ("reduce_max", "reduce_min"):
             return None
@@ -144,7 +147,7 @@ def _spread(kernel: Kernel, node: int, want: Interval, depth: int) -> list[Alter
     if n.op == "input":
         return [(Goal(n.attr("name"), (lo, hi), True, spread=True),)]
     consts = [float(a.value) for a in n.args if isinstance(a, Const)]
-    if n.op in _ROW_KEEPING - {"broadcast_to", "reshape"} or n.op == "neg":
+    if n.op in _SAME_ROWS or n.op == "neg":
         return _spread(kernel, n.args[0], (lo, hi), depth + 1)
     if len(n.inputs) == 1 and len(consts) == 1:
         c = abs(consts[0])
@@ -226,9 +229,10 @@ def _realize_goal(spec, inputs: dict[str, np.ndarray], goal: Goal,
     if t.dtype == "bool":
         return _realize_mask(inputs, goal, rng, share)
     lo, hi = t.bounds
-    if goal.spread:
-        return _realize_spread(inputs, goal, rng, share, lo, hi)
-    a, b = max(goal.interval[0], lo), min(goal.interval[1], hi)
+    if goal.spread:  # a row's max - min: no more than the declared range's width
+        a, b = max(goal.interval[0], 0.0), min(goal.interval[1], hi - lo)
+    else:
+        a, b = max(goal.interval[0], lo), min(goal.interval[1], hi)
     if a > b:
         return None
     out = dict(inputs)
@@ -237,7 +241,9 @@ def _realize_goal(spec, inputs: dict[str, np.ndarray], goal: Goal,
     if goal.rows:
         pick = rng.random(rows.shape[0]) < share
         pick[rng.integers(rows.shape[0])] = True
-        rows[pick] = _draw(rng, a, b, (int(pick.sum()), 1))
+        k = int(pick.sum())
+        rows[pick] = _spread_rows(rng, a, b, lo, hi, (k, rows.shape[1])) if goal.spread \
+            else _draw(rng, a, b, (k, 1))
     else:
         pick = rng.random(rows.shape) < share
         rows[pick] = _draw(rng, a, b, int(pick.sum()))
@@ -245,18 +251,10 @@ def _realize_goal(spec, inputs: dict[str, np.ndarray], goal: Goal,
     return out
 
 
-def _realize_spread(inputs, goal: Goal, rng, share: float, lo: float, hi: float):
-    """A share of goal.input's rows with max - min in the goal's interval: each picked
-    row uniform between a start and start + w, both ends taken by one element each."""
-    a, b = max(goal.interval[0], 0.0), min(goal.interval[1], hi - lo)
-    if a > b:
-        return None
-    out = dict(inputs)
-    x = np.asarray(inputs[goal.input], np.float64).copy()
-    rows = x.reshape(-1, x.shape[-1])
-    pick = rng.random(rows.shape[0]) < share
-    pick[rng.integers(rows.shape[0])] = True
-    k, n = int(pick.sum()), rows.shape[1]
+def _spread_rows(rng, a: float, b: float, lo: float, hi: float, shape) -> np.ndarray:
+    """Rows in [lo, hi] whose max - min lies in [a, b]: each uniform between a start and
+    start + w, both ends taken by one element each."""
+    k, n = shape
     # inside the interval: a spread at its very end may round onto the boundary
     width = _draw(rng, a + (b - a) * 0.05, b - (b - a) * 0.05, (k, 1)) if b > a else \
         np.full((k, 1), a)
@@ -265,9 +263,7 @@ def _realize_spread(inputs, goal: Goal, rng, share: float, lo: float, hi: float)
     if n > 1:
         values[:, 0], values[:, 1] = start[:, 0], (start + width)[:, 0]
         values = values[:, rng.permutation(n)]
-    rows[pick] = values
-    out[goal.input] = x
-    return out
+    return values
 
 
 def _draw(rng, a: float, b: float, shape) -> np.ndarray:
