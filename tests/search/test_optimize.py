@@ -117,9 +117,11 @@ def _searched_best(run_dir: Path) -> bool:
 @pytest.mark.slow
 def test_kill_9_leaves_a_verified_best_and_resume_finishes(tmp_path):
     run_dir = tmp_path / "run"
-    # a proposal cap long enough that the kill lands before the end on a loaded machine,
-    # short enough that the resumed run finishes soon
-    proc = _start([SOFTMAX, "--budget", "10m", "--max-proposals", "100000", "--chains", "1",
+    # a proposal cap long enough that the kill lands before the end (quiet, the first
+    # searched best came 10 s in and the kill 5.5 s later, at 3,172 proposals; a loaded
+    # machine makes fewer in those 5.5 s), short enough that the resumed run finishes
+    # soon (about 800 proposals a second quiet: a cap of 100,000 cost two minutes)
+    proc = _start([SOFTMAX, "--budget", "10m", "--max-proposals", "25000", "--chains", "1",
                    "--run-dir", str(run_dir)], tmp_path)
     assert _wait_for(lambda: _searched_best(run_dir), 240), proc.stderr.read() \
         if proc.poll() is not None else "no improvement found before the kill"
