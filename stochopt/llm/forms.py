@@ -10,7 +10,9 @@ Each request's form is part of its variant, drawn by ``form_weights``: what the 
 yielded so far in this proposer (well-typed and accepted candidates per request) per
 token it cost, from a prior that says what is known before the first reply (a plan is
 well-typed by construction and its prompt carries no language reference), with a floor
-so no form is ever given up.
+so no form is ever given up. A server on this machine is asked for the cheapest form
+until its first reply, then for the forms whose replies can come back in time
+(``forms_in_time``): one long reply would hold it, and the chains' cores, for minutes.
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ PRIOR_COST = {"plan": 1.0, "edit": 4.0, "kernel": 4.0}
 PRIOR_REQUESTS = 1.0     # how many requests the prior weighs as
 ACCEPTED_WEIGHT = 2.0    # an accepted candidate counts this many well-typed ones
 FLOOR = 0.03             # every allowed form keeps at least this share (as the bandit's arms)
+# a server on this machine answers one request at a time, and a reply generated under a
+# grammar costs it a third of a second a token (SmolLM2-135M on 2 cores: one edit request,
+# the first it took, held it for a whole 5-minute run and no plan was answered): there,
+# a form is asked only while its reply is expected back within this share of the time left
+LOCAL_TIME_SHARE = 0.5
 
 
 @dataclass
@@ -42,6 +49,8 @@ class FormYield:
     measured: int = 0        # requests whose tokens are known
     well_typed: int = 0
     accepted: int = 0
+    answered: int = 0        # requests whose reply came (not from the cache)
+    seconds: float = 0.0     # their time in flight, together
 
     def value(self, form: str) -> float:
         gained = self.well_typed + ACCEPTED_WEIGHT * self.accepted
@@ -65,6 +74,38 @@ def form_weights(yields: dict[str, FormYield], allowed=FORMS) -> dict[str, float
     total = sum(raw.values())
     spare = 1.0 - FLOOR * len(forms)
     return {f: FLOOR + spare * raw[f] / total for f in forms}
+
+
+def expected_latency(form: str, yields: dict[str, FormYield]) -> float | None:
+    """Seconds a reply of this form is expected to take: its own replies' mean, else the
+    slowest answered form's mean scaled by the prior costs; None before any reply."""
+    own = yields.get(form)
+    if own is not None and own.answered:
+        return own.seconds / own.answered
+    known = [y.seconds / y.answered / PRIOR_COST[f] for f, y in yields.items() if y.answered]
+    return PRIOR_COST[form] * max(known) if known else None
+
+
+def forms_in_time(allowed, yields: dict[str, FormYield], seconds_left: float | None
+                  ) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The allowed forms a server on this machine is asked for now: before any reply the
+    cheapest alone (its replies measure the server), then each whose expected latency is
+    within LOCAL_TIME_SHARE of the time left (``seconds_left`` None: no deadline); the
+    cheapest allowed form always. With them, a line for each form that waits though its
+    latency is known, saying why."""
+    forms = [f for f in FORMS if f in allowed]
+    cheapest = min(forms, key=PRIOR_COST.__getitem__)
+    now, waiting = [], {}
+    for f in forms:
+        t = expected_latency(f, yields)
+        if f == cheapest or (t is not None and (
+                seconds_left is None or t <= LOCAL_TIME_SHARE * seconds_left)):
+            now.append(f)
+        elif t is not None:
+            waiting[f] = (f"a reply in the {f} form is expected to take {t:.0f} s on this "
+                          f"server, more than {LOCAL_TIME_SHARE:.0%} of the "
+                          f"{max(seconds_left, 0):.0f} s left: {f} requests wait")
+    return tuple(now), waiting
 
 
 def draw_form(rng: random.Random, weights: dict[str, float]) -> str:

@@ -48,7 +48,7 @@ from stochopt.llm.context import (
     reply_room,
     table_context,
 )
-from stochopt.llm.forms import FORMS, FormYield, answer_text, form_weights
+from stochopt.llm.forms import FORMS, FormYield, answer_text, form_weights, forms_in_time
 from stochopt.llm.options import DEFAULTS, on_this_machine
 from stochopt.llm.pacing import LOCAL_START, Pacer
 from stochopt.llm.plan_prompt import PlanPrompts
@@ -94,7 +94,9 @@ class LLMProposer:
         self.forms = tuple(options.get("forms") or FORMS)
         self.yields = {f: FormYield() for f in FORMS}
         self.steering = RuleSteering()
-        self.pacer = Pacer(LOCAL_START if on_this_machine(options.get("base_url")) else 1.0)
+        self.local = on_this_machine(options.get("base_url"))
+        self.pacer = Pacer(LOCAL_START if self.local else 1.0)
+        self._held_back: set[str] = set()  # forms said to wait for lack of time (once each)
         self._faster: set[str] = set()  # requests that brought a faster candidate
         self._notes: list[str] = []    # lines for the user, put on the next candidate
         self.failures: deque[dict] = deque(maxlen=max(8, options["failures_in_prompt"]))
@@ -253,7 +255,8 @@ class LLMProposer:
                 if free <= 0:
                     return
             variants = draw_variants(self.rng, free, set(self._in_flight.values()),
-                                     self.temperatures, form_weights(self.yields, self.forms))
+                                     self.temperatures,
+                                     form_weights(self.yields, self._forms_now()))
             ids = []
             for variant in variants:
                 self._seq += 1
@@ -273,6 +276,18 @@ class LLMProposer:
             threading.Thread(target=self._request,
                              args=(rid, variant, kernel, path, failures, earlier),
                              daemon=True, name=f"stochopt-llm-{rid}").start()
+
+    def _forms_now(self) -> tuple[str, ...]:
+        """The forms asked for now: all allowed ones, or on a server on this machine
+        those whose replies can come back in time (forms.forms_in_time), with a line
+        the first time a form waits for lack of it."""
+        if not self.local:
+            return self.forms
+        left = None if self.deadline is None else self.deadline - time.time()
+        forms, waiting = forms_in_time(self.forms, self.yields, left)
+        self._notes += [line for f, line in waiting.items() if f not in self._held_back]
+        self._held_back.update(waiting)
+        return forms
 
     def _paced(self, chain) -> bool:
         """Whether this chain's requests wait on the pacer (stochopt/llm/pacing.py)."""
@@ -494,9 +509,11 @@ class LLMProposer:
             c.focus, c.form = variant.focus, variant.form
         with self._cond:
             cands[0].note = t["note"] = self._take_notes()
+            y = self.yields[variant.form]
             if reply.usage_reported and not reply.cached:
-                y = self.yields[variant.form]
                 y.tokens, y.measured = y.tokens + tokens, y.measured + 1
+            if not reply.cached:
+                y.answered, y.seconds = y.answered + 1, y.seconds + reply.latency_s
             t.update(status="ok", latency_s=round(reply.latency_s, 3), replies=reply.contents,
                      finish_reasons=reply.finish_reasons, truncated=reply.truncated,
                      cached=reply.cached, attempts=reply.attempts, cost_usd=cost,

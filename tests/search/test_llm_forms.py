@@ -19,7 +19,14 @@ from stochopt.backend.cost import cost  # noqa: E402
 from stochopt.errors import ParseError  # noqa: E402
 from stochopt.leir.render import render  # noqa: E402
 from stochopt.llm.context import TokenCounter  # noqa: E402
-from stochopt.llm.forms import FLOOR, FormYield, form_weights, read_plan  # noqa: E402
+from stochopt.llm.forms import (  # noqa: E402
+    FLOOR,
+    FORMS,
+    FormYield,
+    form_weights,
+    forms_in_time,
+    read_plan,
+)
 from stochopt.llm.options import llm_options  # noqa: E402
 from stochopt.llm.plan_prompt import PlanPrompts  # noqa: E402
 from stochopt.llm.prompt import PromptBuilder, load_templates  # noqa: E402
@@ -127,6 +134,31 @@ def test_a_form_that_yields_nothing_falls_to_the_floor_and_one_that_pays_rises()
     yields["kernel"] = FormYield(requests=6, tokens=6000, measured=6, well_typed=6,
                                  accepted=6)
     assert max(form_weights(yields), key=form_weights(yields).get) == "kernel"
+
+
+def test_a_local_server_is_asked_for_plans_until_its_first_reply():
+    assert forms_in_time(("plan", "edit", "kernel"), {}, 300.0) == (("plan",), {})
+    # no plan allowed: the cheapest of the rest (a tie: the first in FORMS)
+    assert forms_in_time(("kernel", "edit"), {}, 300.0)[0] == ("edit",)
+    assert forms_in_time(("kernel",), {}, 1.0)[0] == ("kernel",)
+
+
+def test_a_form_waits_while_its_reply_cannot_come_back_in_the_time_left():
+    # plans took 10 s: an edit is expected to take 4 times as long (the prior costs)
+    yields = {"plan": FormYield(requests=2, answered=2, seconds=20.0)}
+    assert forms_in_time(FORMS, yields, 300.0)[0] == ("plan", "edit", "kernel")
+    assert forms_in_time(FORMS, yields, None)[0] == ("plan", "edit", "kernel")
+    forms, waiting = forms_in_time(FORMS, yields, 60.0)
+    assert forms == ("plan",) and set(waiting) == {"edit", "kernel"}
+    assert "expected to take 40 s on this server, more than 50% of the 60 s left" in \
+        waiting["edit"]
+    # a form's own replies replace the estimate (edits took 200 s), and a form not yet
+    # answered is expected to be as slow for its cost as the slowest one answered
+    yields["edit"] = FormYield(requests=1, answered=1, seconds=200.0)
+    forms, waiting = forms_in_time(FORMS, yields, 300.0)
+    assert forms == ("plan",) and "take 200 s" in waiting["edit"]
+    assert "take 200 s" in waiting["kernel"]
+    assert forms_in_time(FORMS, yields, 500.0)[0] == FORMS
 
 
 @pytest.mark.slow  # six candidates through a chain with full checks on its path
