@@ -188,14 +188,14 @@ class CheckContext:
         # builds inputs and computes references, magnitudes, native outputs and the
         # baseline's error nearby
         self.identity = hashlib.sha256("\n".join(
-            (spec.name, spec.source, render(baseline), _code_digest())).encode()).hexdigest()
+            (spec.name, spec.source, _body(baseline), _code_digest())).encode()).hexdigest()
         self.hits = self.misses = 0  # entries found / computed (disk reads count as hits)
 
     def serves(self, spec: Spec, baseline: Kernel) -> bool:
         """Whether this context was made for this spec and baseline."""
         return spec is self.spec and baseline is self.baseline or (
             spec.name == self.spec.name and spec.source == self.spec.source
-            and render(baseline) == render(self.baseline))
+            and _body(baseline) == _body(self.baseline))
 
     # -- inputs ------------------------------------------------------------------------
     def recipe_inputs(self, recipes: Mapping[str, Recipe], cuts: Mapping | None,
@@ -439,6 +439,14 @@ def drawn_recipes(spec: Spec, count: int, seed: int) -> list[dict[str, Recipe]]:
         from stochopt.errors import StochoptError
         raise StochoptError(f"the input generator failed: {e}") from None
     return drawn
+
+
+def _body(kernel: Kernel) -> str:
+    """A kernel's text without the path of its spec file: a run's check workers read the
+    spec where the user keeps it, `stochopt verify` the run directory's copy, and both
+    must find the same entries."""
+    text = render(kernel)
+    return text.split("\n", 1)[1] if text.startswith("# spec:") else text
 
 
 @functools.cache

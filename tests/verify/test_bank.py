@@ -9,6 +9,7 @@ import pytest
 from stochopt.backend.node_values import dear_values
 from stochopt.errors import StochoptError
 from stochopt.leir import parse
+from stochopt.leir.render import render
 from stochopt.verify import check
 from stochopt.verify.bank import (
     CUT_FREE,
@@ -98,6 +99,21 @@ def test_the_disk_bank_is_read_by_another_context(masked, tmp_path):
     assert second.hits >= verdict.examples - examples // 10
     assert second.misses == sum(1 for key in second.entries if key[0] == "arrays")
     assert list(tmp_path.rglob("*.json")) and list(tmp_path.rglob("*.npz"))
+
+
+def test_the_disk_bank_does_not_depend_on_where_the_spec_file_lies(masked, tmp_path):
+    """A run's check workers read the spec where the user keeps it, `stochopt verify` the
+    run directory's copy: the baselines differ in their '# spec:' line alone."""
+    import dataclasses
+
+    spec, baseline, _ = masked
+    check(baseline, spec, examples=5, baseline=baseline,
+          context=CheckContext(spec, baseline, directory=tmp_path))
+    elsewhere = parse(render(dataclasses.replace(baseline, spec_path="run/spec.py")))
+    assert render(elsewhere) != render(baseline)
+    context = CheckContext(spec, elsewhere, directory=tmp_path)
+    assert check(baseline, spec, examples=5, baseline=elsewhere, context=context).equivalent
+    assert context.misses == 0 and context.hits == 5
 
 
 def test_a_torn_disk_entry_is_computed_again(masked, tmp_path):
