@@ -235,11 +235,14 @@ def run(kernel: KernelLike, inputs: Mapping[str, Any] | None = None, *, seed: in
 def verify(kernel: KernelLike, spec: SpecLike | None = None, *, name: str | None = None,
            examples: int = 200, seed: int = 0, inputs: str | Path | Mapping | None = None,
            counterexample_path: str | Path | None = None,
-           machine: str | Path | Machine | None = None) -> Verdict:
+           machine: str | Path | Machine | None = None,
+           kernel_file: str | Path | None = None) -> Verdict:
     """Check that a kernel computes its spec (default: the one on its '# spec:' line).
 
     ``inputs`` replays one input (a dict of arrays or a saved .npz) instead of searching;
-    a counterexample found is saved to ``counterexample_path`` when one is given."""
+    a counterexample found is saved to ``counterexample_path`` when one is given. A
+    kernel read from a file in a run directory (given as its path, or parsed and
+    named by ``kernel_file``) is checked with what the run's checks computed."""
     from stochopt.kernel_file import baseline_or_none
     from stochopt.verify import check, degenerate_warnings
     from stochopt.verify.check import check_fits
@@ -248,7 +251,8 @@ def verify(kernel: KernelLike, spec: SpecLike | None = None, *, name: str | None
     examples, seed = _count(examples, "examples", 1), _count(seed, "seed", 0)
     k, m = _kernel_and_machine(kernel, machine)
     check_fits(k, m)  # what `run` refuses, verify refuses alike (ConstraintError)
-    kernel_path = kernel if isinstance(kernel, str | Path) and not _is_text(kernel) else None
+    kernel_path = kernel if isinstance(kernel, str | Path) and not _is_text(kernel) \
+        else kernel_file
     s = spec_for_kernel(k, spec, name, kernel_path)
     extra = None
     if isinstance(inputs, str | Path):

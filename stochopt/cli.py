@@ -197,7 +197,7 @@ def verify(ctx: click.Context, kernel_path: str, spec_path: str | None, name: st
     kernel, m = _read_kernel(kernel_path, machine, ctx)
     spec = api.spec_for_kernel(kernel, spec_path, name, kernel_path)
     verdict = api.verify(kernel, spec, examples=examples, seed=seed, inputs=inputs_npz,
-                         machine=m)
+                         machine=m, kernel_file=kernel_path)
     cex = verdict.counterexample
     save_to = cex_path or f"{Path(kernel_path).stem}.counterexample.npz"
     # a range refusal holds for every input: there is no input to save
