@@ -95,6 +95,8 @@ def test_verify_of_a_run_best_uses_the_runs_spec_from_any_folder(relu_kernel, tm
     monkeypatch.chdir(run.parent)
     result = _run("verify", "relu-1/best.leir", "--examples", "5")
     assert result.exit_code == 0, result.output
+    # checked with the run's check bank: what it computed is there for the next check
+    assert list((run / "check_bank").rglob("*.npz"))
 
 
 def test_a_spec_line_that_resolves_nowhere_suggests_spec(relu_kernel, tmp_path, monkeypatch):
