@@ -32,6 +32,7 @@ disk, so another check worker or a resumed run reads them instead.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -445,8 +446,7 @@ def _body(kernel: Kernel) -> str:
     """A kernel's text without the path of its spec file: a run's check workers read the
     spec where the user keeps it, `stochopt verify` the run directory's copy, and both
     must find the same entries."""
-    text = render(kernel)
-    return text.split("\n", 1)[1] if text.startswith("# spec:") else text
+    return render(dataclasses.replace(kernel, spec_path=None))
 
 
 @functools.cache
