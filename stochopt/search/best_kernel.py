@@ -24,6 +24,14 @@ from stochopt.rundir import (
 )
 from stochopt.verify.check import certificate, check
 
+RECHECK_SEED_STEP = 104729  # the final re-check's seed: the run's plus this (a prime)
+
+
+def recheck_seed(run_seed: int) -> int:
+    """The seed of the final re-check of a run with this seed: fresh inputs, the same
+    for every session of the run (idle check workers prepare them ahead)."""
+    return run_seed + RECHECK_SEED_STEP
+
 
 def write_best(rd: Path, kernel, spec, verdict, machine, source: str, t: float = 0.0,
                chain: int | None = None, recheck: dict | None = None,
@@ -74,22 +82,31 @@ def write_unproved(rd: Path, found: dict, proved_cycles: int) -> dict:
 
 
 def recheck_best(rd: Path, spec, machine, seed: int, baseline_text: str,
-                 earlier: list[dict], deadline: float | None = None) -> str | None:
+                 earlier: list[dict], deadline: float | None = None,
+                 examples: int = 200) -> str | None:
     """The final best is checked once more with a fresh seed; the verdict goes in
     best.json. A kernel that fails here slipped through the full check: the next
     fastest earlier best that the same re-check does not refute takes its place (passed,
     or cut by the deadline; else the baseline), so that best.leir keeps its promise; the
     returned note says so.
-    ``deadline`` (time.monotonic) bounds it: a re-check cut short is recorded as such."""
+    ``deadline`` (time.monotonic) bounds it: a re-check cut short is recorded as such.
+    ``examples``: the run's full checks' count, which the re-check keeps."""
     best = read_json(rd / BEST_JSON)
     if best.get("source") == SOURCE_START or "recheck" in best:
         return None
+    from stochopt.rundir import CHECK_BANK
+    from stochopt.verify.bank import CheckContext
+
     baseline = parse(baseline_text, machine)
-    seed = seed + 104729
+    seed = recheck_seed(seed)
+    # the run's check bank: the references and baseline outputs of the re-check's inputs
+    # that idle check workers prepared during the run (and the seed-free cases the run's
+    # own checks tried) are read, not computed again
+    context = CheckContext(spec, baseline, machine, rd / CHECK_BANK)
 
     def recheck(kernel):
-        return check(kernel, spec, machine=machine, baseline=baseline, seed=seed,
-                     deadline=deadline)
+        return check(kernel, spec, examples=examples, machine=machine, baseline=baseline,
+                     seed=seed, deadline=deadline, context=context)
 
     def record(verdict) -> dict:  # what best.json keeps of a re-check, finished or cut
         return verdict.to_json() if not verdict.interrupted else {
@@ -131,8 +148,7 @@ def recheck_best(rd: Path, spec, machine, seed: int, baseline_text: str,
                 "was not refuted by it (its re-check did not finish within the budget)"
             return f"{failed}; best.leir holds the fastest earlier best that {how} " \
                    f"({entry['cycles']} cycles)"
-    base_verdict = check(baseline, spec, machine=machine, baseline=baseline, seed=seed,
-                         deadline=deadline)
+    base_verdict = recheck(baseline)
     # the baseline: its start
     from_lowering = best.get("plan_start", START_LOWERING) == START_LOWERING
     write_best(rd, baseline, spec, None if base_verdict.interrupted else base_verdict,

@@ -177,28 +177,43 @@ class Checker:
 
     @property
     def warm(self) -> bool:
-        """Whether every input the run's checks share is prepared."""
+        """Whether every input the run's checks and its final re-check share is
+        prepared."""
         return self._warming is None
 
     def warm_up(self, seconds: float) -> None:
         """Prepare the inputs every check of the run tries (check.shared_inputs: their
         arrays, references, the baseline's magnitudes and outputs, exact ones included,
         which a candidate shares where its values meet the baseline's) for about this
-        long, so that the first candidates' checks find them ready."""
-        from stochopt.verify.check import shared_inputs
-
+        long, so that the first candidates' checks find them ready; then the final
+        re-check's (its references and the baseline's outputs, which go to the run's
+        check_bank/, where the re-check reads them: on mla_decode they are half of its
+        work)."""
         if self._warming is None:
             return
         if self._warming is True:
-            self._warming = shared_inputs(self.context, self.job.examples, self.job.seed)
+            self._warming = self._shared()
         end = time.monotonic() + seconds
         while time.monotonic() < end:
-            inputs = next(self._warming, None)
-            if inputs is None:
+            step = next(self._warming, None)
+            if step is None:
                 self._warming = None
                 return
+            inputs, for_candidates = step
             self.context.limits(inputs)
-            self.context.output(self.baseline, inputs, exact=True)
+            if for_candidates:
+                self.context.output(self.baseline, inputs, exact=True)
+
+    def _shared(self):
+        """(inputs, whether the run's candidates try them) for the run's seed, then for
+        the final re-check's."""
+        from stochopt.search.best_kernel import recheck_seed
+        from stochopt.verify.check import shared_inputs
+
+        examples, seed = self.job.examples, self.job.seed
+        yield from ((inputs, True) for inputs in shared_inputs(self.context, examples, seed))
+        yield from ((inputs, False) for inputs in
+                    shared_inputs(self.context, examples, recheck_seed(seed)))
 
     def check(self, text: str) -> tuple[dict, bool, object]:
         """(the verdict's facts, whether it was cut short, the counterexample or None)."""

@@ -417,7 +417,8 @@ class _RunState:
             left = self.deadline - time.time()
             note = recheck_best(self.rd, self.spec, self.machine, self.run["seed"],
                                 baseline_text, self.stats.bests,
-                                deadline=time.monotonic() + max(0.0, left))
+                                deadline=time.monotonic() + max(0.0, left),
+                                examples=self.run["config"].get("full_examples", 200))
             if note:
                 self.stats.notes.append(note)
                 self.stats.best_cycles = read_json(self.rd / BEST_JSON)["cycles"]

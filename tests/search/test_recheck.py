@@ -113,3 +113,62 @@ def test_an_earlier_best_the_failing_input_refutes_is_passed_over_without_a_full
     assert parse(also_wrong) not in full  # refuted by the replay alone
     assert parse((rd / "counterexamples" / "recheck.leir").read_text()) == parse(WRONG)
     assert "the kernel in" in note and "recheck.leir" in note
+
+
+ROW_SUMS = '''
+from stochopt import spec, tensor
+
+
+@spec(inputs={"x": tensor("f32", (64, 256), low=-1.0, high=1.0)})
+def row_sums(x):
+    return x.sum(axis=1)
+'''
+
+
+def test_the_final_recheck_reads_the_inputs_idle_check_workers_prepared(tmp_path, monkeypatch):
+    """An idle check worker prepares the final re-check's inputs after the run's own, and
+    their references and baseline outputs go to the run's check_bank/: the re-check reads
+    them there (on mla_decode computing them was half of a re-check that did not finish
+    in a 5-minute run)."""
+    import time
+
+    from stochopt.rundir import CHECK_BANK
+    from stochopt.search.best_kernel import recheck_seed
+    from stochopt.search.checks import Checker, CheckerJob
+    from stochopt.verify import bank
+    from stochopt.verify.check import shared_inputs
+
+    (tmp_path / "row_sums.py").write_text(ROW_SUMS)
+    spec = load_spec(tmp_path / "row_sums.py")
+    baseline = render(lower(spec))
+    contexts = []
+
+    class Recorded(bank.CheckContext):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            contexts.append(self)
+
+    def recheck_in(rd: Path, warmed: bool):
+        rd.mkdir()
+        (rd / "counterexamples").mkdir()
+        if warmed:
+            job = CheckerJob(0, str(rd), str(tmp_path / "row_sums.py"), None, MNCORE2,
+                             baseline, 40, time.time() + 600, seed=3)
+            checker = Checker(job, rd / CHECK_BANK)
+            while not checker.warm:
+                checker.warm_up(1.0)
+        write_best(rd, parse(baseline), spec, PASSED, MNCORE2, "search", 1.0, 0)
+        monkeypatch.setattr(bank, "CheckContext", Recorded)
+        assert recheck_best(rd, spec, MNCORE2, 3, baseline, [], examples=40) is None
+        monkeypatch.undo()
+        assert json.loads((rd / "best.json").read_text())["recheck"]["examples"] == 40
+        assert contexts[-1].directory == rd / CHECK_BANK
+        return contexts[-1].misses
+
+    # the re-check's shared inputs: the seed-free structured cases, which the run's own
+    # warm-up prepares, and its own seed's draws, which only the re-check's warm-up does
+    context = bank.CheckContext(spec, parse(baseline), MNCORE2)
+    shared = {inputs.key for inputs in shared_inputs(context, 40, recheck_seed(3))}
+    drawn = shared - {inputs.key for inputs in shared_inputs(context, 40, 3)}
+    cold, warm = recheck_in(tmp_path / "cold", False), recheck_in(tmp_path / "warm", True)
+    assert len(drawn) >= 10 and warm <= cold - len(shared)
