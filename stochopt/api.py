@@ -182,6 +182,9 @@ class Execution(Displayable):
     profile: Profile
     roofline_cycles: int
     bound_cycles: int                # the reachable lower bound (backend/bound.py)
+    # where random inputs came from: the spec's declared ranges, or [-10, 10] without a
+    # spec (None when inputs were given)
+    inputs_from: str | None = None
 
     @property
     def output(self) -> np.ndarray:
@@ -203,24 +206,36 @@ class Execution(Displayable):
         """The facts `stochopt run --json` prints (less the kernel's path)."""
         from stochopt.report.terminal import array_stats
 
-        return {"machine": self.machine, "seed": self.seed,
+        return {"machine": self.machine, "seed": self.seed, "inputs_from": self.inputs_from,
                 "outputs": {n: array_stats(x) for n, x in self.outputs.items()},
                 **self.profile.to_json(), "roofline_cycles": self.roofline_cycles,
                 "bound_cycles": self.bound_cycles, "bound_share": round(self.bound_share, 4)}
 
 
 def run(kernel: KernelLike, inputs: Mapping[str, Any] | None = None, *, seed: int = 0,
-        machine: str | Path | Machine | None = None) -> Execution:
+        machine: str | Path | Machine | None = None, spec: SpecLike | None = None,
+        kernel_file: str | Path | None = None) -> Execution:
     """Emulate a kernel on the inputs given (default: uniform random ones from seed) and
-    cost it: outputs, cycles and the per-op profile."""
+    cost it: outputs, cycles and the per-op profile. Random inputs lie in the ranges of
+    the kernel's spec (``spec``, else the one its file names, as verify finds it), or in
+    [-10, 10] where no spec is found: a softmax of scores from inputs past the spec's
+    ranges overflows, and its NaNs say nothing of the kernel."""
     from stochopt.backend.bound import bound_of_kernel
     from stochopt.backend.cost import cost, roofline_of_kernel
     from stochopt.backend.emulate import emulate, random_inputs
+    from stochopt.verify.strategies import random_spec_inputs
 
     k, m = _kernel_and_machine(kernel, machine)
+    inputs_from = None
     if inputs is None:
         seed = _count(seed, "seed", 0)
-        values = random_inputs(k, seed)
+        kernel_path = kernel if isinstance(kernel, str | Path) and not _is_text(kernel) \
+            else kernel_file
+        s = _spec_of(k, spec, kernel_path)
+        if s is not None:
+            values, inputs_from = random_spec_inputs(s, seed), f"spec {s.name}'s ranges"
+        else:
+            values, inputs_from = random_inputs(k, seed), "[-10, 10] (no spec found)"
     else:
         values = _checked_inputs(inputs, {n: (t.dtype, t.shape)
                                           for n, t in k.signature().items()},
@@ -229,7 +244,26 @@ def run(kernel: KernelLike, inputs: Mapping[str, Any] | None = None, *, seed: in
     profile = cost(k, m)
     output = emulate(k, values)
     return Execution(k, m.name, m.clock_mhz, seed, values, {"out": output}, profile,
-                     roofline_of_kernel(k, m), bound_of_kernel(k, m))
+                     roofline_of_kernel(k, m), bound_of_kernel(k, m), inputs_from)
+
+
+def _spec_of(kernel: Kernel, spec: SpecLike | None, kernel_path) -> Spec | None:
+    """The kernel's spec when one is given or found and takes the kernel's inputs; a spec
+    given that does not is an error, one not found is None."""
+    if spec is None and kernel_path is None and kernel.spec_path is None:
+        return None
+    try:
+        s = spec_for_kernel(kernel, spec, None, kernel_path)
+    except StochoptError:
+        if spec is not None:
+            raise
+        return None
+    wanted = {n: (t.dtype, tuple(t.shape)) for n, t in kernel.signature().items()}
+    if {n: (t.dtype, tuple(t.shape)) for n, t in s.inputs.items()} != wanted:
+        if spec is not None:
+            raise StochoptError(f"spec {s.name} does not take kernel {kernel.name}'s inputs")
+        return None
+    return s
 
 
 def verify(kernel: KernelLike, spec: SpecLike | None = None, *, name: str | None = None,

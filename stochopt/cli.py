@@ -87,7 +87,7 @@ def run(ctx: click.Context, kernel_path: str, seed: int, show_profile: bool, as_
     from stochopt.report.terminal import profile_table, resource_table
 
     kernel, m = _read_kernel(kernel_path, machine, ctx)
-    execution = api.run(kernel, seed=seed, machine=m)
+    execution = api.run(kernel, seed=seed, machine=m, kernel_file=kernel_path)
     profile, roof, bound = (execution.profile, execution.roofline_cycles,
                             execution.bound_cycles)
     facts = {"kernel": kernel_path, **execution.to_json()}
@@ -99,6 +99,7 @@ def run(ctx: click.Context, kernel_path: str, seed: int, show_profile: bool, as_
                   + (f"  min {st['min']:.4g}  max {st['max']:.4g}  mean {st['mean']:.4g}"
                      if "min" in st else "")
                   + (f"  nan {st['nan']}  inf {st['inf']}" if st["nan"] or st["inf"] else ""))
+    console.print(f"inputs: seed {seed}, uniform in {execution.inputs_from}")
     console.print(f"cycles [bold]{profile.cycles}[/] ({profile.cycles / m.clock_mhz:.2f} us)"
                   f"  roofline {roof}  ({100 * roof / max(1, profile.cycles):.1f}% of roofline)"
                   f"  bound {bound}  ({100 * facts['bound_share']:.1f}% of bound)"

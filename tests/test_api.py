@@ -174,6 +174,31 @@ def test_run_gives_outputs_cycles_and_profile(kernel):
     assert again.seed is None and np.array_equal(again.output, execution.output)
 
 
+def test_run_draws_from_the_spec_given_and_refuses_one_that_does_not_fit(kernel):
+    from stochopt import spec, tensor
+
+    @spec(inputs={"x": tensor("f32", (128, 1024), low=0.5, high=0.75)})
+    def softmax(x):
+        return x
+
+    execution = stochopt.run(kernel, machine=SMALL, spec=softmax)
+    x = execution.inputs["x"]
+    assert execution.inputs_from == "spec softmax's ranges"
+    assert 0.5 <= x.min() and x.max() <= 0.75
+    # the kernel was lowered from specs/softmax.py, which it names
+    assert stochopt.run(kernel, machine=SMALL).inputs_from == "spec softmax's ranges"
+    alone = "\n".join(line for line in render(kernel).splitlines()
+                      if not line.startswith("# spec:"))
+    assert stochopt.run(alone, machine=SMALL).inputs_from == "[-10, 10] (no spec found)"
+
+    @spec(inputs={"x": tensor("f32", (4, 4))})
+    def other(x):
+        return x
+
+    with pytest.raises(StochoptError, match="spec other does not take kernel softmax's"):
+        stochopt.run(kernel, machine=SMALL, spec=other)
+
+
 @pytest.mark.parametrize("inputs,match", [
     ([1, 2], "inputs must be a dict"),
     ({}, "inputs name nothing, but kernel softmax takes x"),

@@ -60,6 +60,25 @@ def test_a_kernel_file_records_its_machine_and_run_costs_it_there(relu_kernel):
     assert forced["machine"] == "mncore2"
 
 
+def test_run_draws_inputs_in_the_ranges_of_the_spec_its_kernel_file_names(relu_kernel,
+                                                                            tmp_path):
+    """A softmax fed from [-10, 10] where its spec says [-1, 1] overflows: run's random
+    inputs come from the kernel's spec, and it says where they came from."""
+    spec, kernel = relu_kernel
+    spec.write_text(RELU.replace('(128, 64))', '(128, 64), low=2.0, high=3.0)'))
+    result = _run("run", kernel)
+    assert result.exit_code == 0, result.output
+    assert "inputs: seed 0, uniform in spec relu's ranges" in _flat(result.stdout)
+    facts = json.loads(_run("run", kernel, "--json").stdout)
+    assert facts["inputs_from"] == "spec relu's ranges"
+    assert 2.0 <= facts["outputs"]["out"]["min"] <= facts["outputs"]["out"]["max"] <= 3.0
+    alone = tmp_path / "alone.leir"  # no spec line: the default range, said so
+    alone.write_text("\n".join(kernel.read_text().splitlines()[1:]))
+    facts = json.loads(_run("run", alone, "--json").stdout)
+    assert facts["inputs_from"] == "[-10, 10] (no spec found)"
+    assert facts["outputs"]["out"]["min"] == 0.0 and facts["outputs"]["out"]["max"] > 3.0
+
+
 def test_a_kernel_for_an_unknown_machine_says_to_pass_its_file(relu_kernel):
     _, kernel = relu_kernel
     kernel.write_text(kernel.read_text().replace("# machine: small", "# machine: big"))
