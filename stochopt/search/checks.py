@@ -73,6 +73,10 @@ class CheckerJob(WorkerJob):
     examples: int
     deadline: float             # wall-clock time at which every check stops
     seed: int = 0               # of every check: the run's, so that they share inputs
+    # wall-clock time from which an idle worker prepares the final re-check's inputs:
+    # late in the run, where the chains mostly polish, not in its first minutes, where
+    # they make most of their gains and need the cores
+    prepare_recheck_at: float = math.inf
 
 
 @dataclass(order=True)
@@ -145,7 +149,7 @@ def _check_loop(job: CheckerJob, inbox, outbox, stop, parent) -> None:
     signal.signal(signal.SIGUSR1, give_way)
     while not stop.is_set():
         try:  # while no candidate waits, prepare the inputs every check will try
-            item = inbox.get(timeout=0.2 if checker.warm else 0.0)
+            item = inbox.get(timeout=0.0 if checker.has_work() else 0.2)
         except queue.Empty:
             if os.getppid() != parent:
                 return
@@ -173,47 +177,55 @@ class Checker:
         self.context = CheckContext(self.spec, self.baseline, self.machine, bank_directory)
         self.run_deadline = time.monotonic() + (job.deadline - time.time())
         self.deadline = MovableDeadline(self.run_deadline)
-        self._warming: object = True  # True: not begun; an iterator; None: done
+        # what warm_up prepares, for the run's seed and for the final re-check's: True
+        # (not begun), an iterator over the inputs, or None (done, or nothing to do: the
+        # re-check reads what a worker prepared from the run's check_bank/ alone)
+        self._warming: object = True
+        self._rechecking: object = True if bank_directory is not None else None
+        self.recheck_at = time.monotonic() + (job.prepare_recheck_at - time.time())
 
     @property
     def warm(self) -> bool:
-        """Whether every input the run's checks and its final re-check share is
-        prepared."""
+        """Whether every input the run's checks share is prepared."""
         return self._warming is None
+
+    def has_work(self) -> bool:
+        """Whether warm_up has inputs to prepare now."""
+        return not self.warm or (self._rechecking is not None
+                                 and time.monotonic() >= self.recheck_at)
 
     def warm_up(self, seconds: float) -> None:
         """Prepare the inputs every check of the run tries (check.shared_inputs: their
         arrays, references, the baseline's magnitudes and outputs, exact ones included,
         which a candidate shares where its values meet the baseline's) for about this
-        long, so that the first candidates' checks find them ready; then the final
-        re-check's (its references and the baseline's outputs, which go to the run's
-        check_bank/, where the re-check reads them: on mla_decode they are half of its
-        work)."""
-        if self._warming is None:
-            return
-        if self._warming is True:
-            self._warming = self._shared()
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            step = next(self._warming, None)
-            if step is None:
-                self._warming = None
-                return
-            inputs, for_candidates = step
-            self.context.limits(inputs)
-            if for_candidates:
-                self.context.output(self.baseline, inputs, exact=True)
-
-    def _shared(self):
-        """(inputs, whether the run's candidates try them) for the run's seed, then for
-        the final re-check's."""
+        long, so that the first candidates' checks find them ready; late in the run,
+        those of the final re-check (their references and the baseline's outputs, which
+        go to the run's check_bank/, where the re-check reads them: on mla_decode they
+        are half of its work)."""
         from stochopt.search.best_kernel import recheck_seed
+
+        end = time.monotonic() + seconds
+        while time.monotonic() < end and self.has_work():
+            if not self.warm:
+                self._warming = self._prepare(self._warming, self.job.seed, True)
+            else:
+                self._rechecking = self._prepare(self._rechecking,
+                                                 recheck_seed(self.job.seed), False)
+
+    def _prepare(self, inputs, seed: int, for_candidates: bool):
+        """One more input of a seed's shared inputs prepared: the iterator, or None when
+        none is left."""
         from stochopt.verify.check import shared_inputs
 
-        examples, seed = self.job.examples, self.job.seed
-        yield from ((inputs, True) for inputs in shared_inputs(self.context, examples, seed))
-        yield from ((inputs, False) for inputs in
-                    shared_inputs(self.context, examples, recheck_seed(seed)))
+        if inputs is True:
+            inputs = shared_inputs(self.context, self.job.examples, seed)
+        one = next(inputs, None)
+        if one is None:
+            return None
+        self.context.limits(one)
+        if for_candidates:
+            self.context.output(self.baseline, one, exact=True)
+        return inputs
 
     def check(self, text: str) -> tuple[dict, bool, object]:
         """(the verdict's facts, whether it was cut short, the counterexample or None)."""

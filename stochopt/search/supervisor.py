@@ -55,6 +55,9 @@ RESERVE_SHARE = 0.2     # the most of a budget kept back for the checks at its e
 RESERVE_FLOOR_S = 2.0   # ... and the least (unless the budget is shorter)
 RESERVE_CHECKS = 2.0    # the reserve holds this many of the slowest check seen so far
 CHECKPOINT_S = 5.0
+# the share of the budget after which idle check workers prepare the final re-check's
+# inputs (checks.CheckerJob.prepare_recheck_at)
+RECHECK_PREPARE_AT = 0.6
 
 
 def finish_reserve(budget_s: float, longest_check_s: float) -> float:
@@ -102,8 +105,10 @@ def supervise(rd: Path, run: dict, state: dict, start_text: str, baseline_text: 
     run_state.executor = executor
     if workers:
         examples = run["config"].get("full_examples", 200)
+        prepare_recheck_at = t0 + RECHECK_PREPARE_AT * run["budget_s"]
         checker_jobs = [CheckerJob(i, str(rd), str(rd / SPEC_PY), run.get("name"), machine,
-                                   baseline_text, examples, deadline, run["seed"])
+                                   baseline_text, examples, deadline, run["seed"],
+                                   prepare_recheck_at)
                         for i in range(workers)]
         # with Ray the check workers are actors on the cluster, where the chains run
         where = None if run.get("ray") is None else executor.check_workers(checker_jobs)

@@ -153,10 +153,22 @@ def test_the_final_recheck_reads_the_inputs_idle_check_workers_prepared(tmp_path
         (rd / "counterexamples").mkdir()
         if warmed:
             job = CheckerJob(0, str(rd), str(tmp_path / "row_sums.py"), None, MNCORE2,
-                             baseline, 40, time.time() + 600, seed=3)
+                             baseline, 40, time.time() + 600, seed=3,
+                             prepare_recheck_at=time.time() + 600)
             checker = Checker(job, rd / CHECK_BANK)
-            while not checker.warm:
+            while checker.has_work():  # the run's own inputs; the re-check's wait
                 checker.warm_up(1.0)
+            assert checker.warm and not checker.has_work()
+            checker.recheck_at = time.monotonic()  # the run is past the point: prepared now
+            while checker.has_work():
+                checker.warm_up(1.0)
+            # with no bank (a Ray actor's) nothing would read them: none are prepared
+            bankless = Checker(job, None)
+            bankless.recheck_at = time.monotonic()
+            while bankless.has_work():
+                bankless.warm_up(1.0)
+            assert bankless.warm and bankless.context.misses == len(set(
+                inputs.key for inputs in shared_inputs(bankless.context, 40, 3)))
         write_best(rd, parse(baseline), spec, PASSED, MNCORE2, "search", 1.0, 0)
         monkeypatch.setattr(bank, "CheckContext", Recorded)
         assert recheck_best(rd, spec, MNCORE2, 3, baseline, [], examples=40) is None
