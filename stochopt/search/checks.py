@@ -147,7 +147,11 @@ def _check_loop(job: CheckerJob, inbox, outbox, stop, parent) -> None:
         checker.deadline.at = -math.inf
 
     signal.signal(signal.SIGUSR1, give_way)
+    told = False  # whether the main process knows what preparing the inputs cost
     while not stop.is_set():
+        if checker.warm and not told:
+            outbox.put(("warmed", job.index, checker.warm_cpu_s))
+            told = True
         try:  # while no candidate waits, prepare the inputs every check will try
             item = inbox.get(timeout=0.0 if checker.has_work() else 0.2)
         except queue.Empty:
@@ -183,6 +187,7 @@ class Checker:
         self._warming: object = True
         self._rechecking: object = True if bank_directory is not None else None
         self.recheck_at = time.monotonic() + (job.prepare_recheck_at - time.time())
+        self.warm_cpu_s = 0.0  # CPU seconds spent preparing the run's own inputs
 
     @property
     def warm(self) -> bool:
@@ -207,7 +212,9 @@ class Checker:
         end = time.monotonic() + seconds
         while time.monotonic() < end and self.has_work():
             if not self.warm:
+                cpu = time.process_time()
                 self._warming = self._prepare(self._warming, self.job.seed, True)
+                self.warm_cpu_s += time.process_time() - cpu
             else:
                 self._rechecking = self._prepare(self._rechecking,
                                                  recheck_seed(self.job.seed), False)

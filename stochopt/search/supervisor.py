@@ -60,14 +60,17 @@ CHECKPOINT_S = 5.0
 RECHECK_PREPARE_AT = 0.6
 
 
-def finish_reserve(budget_s: float, longest_check_s: float) -> float:
+def finish_reserve(budget_s: float, longest_check_s: float, recheck_s: float = 0.0) -> float:
     """Seconds of the budget kept back at its end for the last checks and the re-check:
-    enough for two of the slowest check seen so far (one to finish, the re-check), never
-    more than a fifth of the budget; a fifth until a check has been timed."""
+    enough for two of the slowest check seen so far (one to finish, the re-check), or
+    for the slowest and ``recheck_s`` (the re-check's inputs prepared, as a worker
+    timed them: a warm check reuses the run's inputs, the re-check builds new ones),
+    never more than a fifth of the budget; a fifth until a check has been timed."""
     most = RESERVE_SHARE * budget_s
     if longest_check_s <= 0:
         return most
-    return min(most, max(RESERVE_FLOOR_S, RESERVE_CHECKS * longest_check_s))
+    return min(most, max(RESERVE_FLOOR_S, RESERVE_CHECKS * longest_check_s,
+                         longest_check_s + recheck_s))
 
 
 def supervise(rd: Path, run: dict, state: dict, start_text: str, baseline_text: str,
@@ -140,7 +143,8 @@ def supervise(rd: Path, run: dict, state: dict, start_text: str, baseline_text: 
                     stopped["why"] = "max_cost"
                     executor.stop()
                 elif now >= deadline - finish_reserve(run["budget_s"],
-                                                      run_state.longest_check_s()):
+                                                      run_state.longest_check_s(),
+                                                      run_state.recheck_s):
                     executor.stop()  # the search part is over; the checks go on
             if alive == 0 and (stopped["why"] in ("interrupted", "error")
                                or not run_state.checks_left() or now >= deadline):
@@ -212,6 +216,9 @@ class _RunState:
         self.proofs = Proofs()  # value graphs proved in this session, by any chain
         self.tuning = RunRecorder(rd, run, self.stats.notes)  # the tuning database
         self.tempering: Tempering | None = None  # the ladder's exchanges and restarts
+        # what the final re-check is expected to cost: a check worker's CPU seconds
+        # preparing the run's shared inputs (the re-check prepares as many new ones)
+        self.recheck_s = 0.0
         # the best the chains were told of (text, plan): where restarts to the best go
         self.restart_best = (self.proved_text, self.proved_plan)
 
@@ -286,6 +293,8 @@ class _RunState:
             t = round(self.stats.elapsed(), 4)
             self.log.write({"t": t, "event": "chain_restarted", "chain": chain, "why": why})
             self.stats.restarts += 1
+        elif kind == "warmed":  # a worker's CPU seconds preparing the run's inputs
+            self.recheck_s = max(self.recheck_s, message[2])
         elif kind in ("error", "check_error"):
             who = "chain" if kind == "error" else "check worker"
             self.stats.errors.append(f"{who} {message[1]}: {message[2]}")

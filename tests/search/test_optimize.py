@@ -241,6 +241,10 @@ def test_the_finish_reserve_stays_inside_the_budget():
     assert finish_reserve(30, 1.0) == pytest.approx(2.0)      # the floor
     assert finish_reserve(600, 20.0) == pytest.approx(40.0)   # two of the slowest check
     assert finish_reserve(600, 100.0) == pytest.approx(120.0)  # never above a fifth
+    # a re-check that builds its own inputs: the slowest check and the inputs' cost
+    assert finish_reserve(300, 12.0, 35.0) == pytest.approx(47.0)
+    assert finish_reserve(300, 12.0, 5.0) == pytest.approx(24.0)   # two checks are more
+    assert finish_reserve(300, 12.0, 90.0) == pytest.approx(60.0)  # never above a fifth
     for budget in (1, 10, 30, 600, 172800):
         for longest in (0.0, 0.5, 3.0, 45.0, 1e4):
             assert 0 < finish_reserve(budget, longest) <= 0.2 * budget

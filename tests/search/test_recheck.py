@@ -159,6 +159,7 @@ def test_the_final_recheck_reads_the_inputs_idle_check_workers_prepared(tmp_path
             while checker.has_work():  # the run's own inputs; the re-check's wait
                 checker.warm_up(1.0)
             assert checker.warm and not checker.has_work()
+            assert checker.warm_cpu_s > 0  # what the run's reserve counts for the re-check
             checker.recheck_at = time.monotonic()  # the run is past the point: prepared now
             while checker.has_work():
                 checker.warm_up(1.0)
