@@ -118,6 +118,14 @@ def _machine(machine) -> Machine:
     return load_machine(DEFAULT_MACHINE if machine is None else machine)
 
 
+def _kernel_path(kernel: KernelLike, kernel_file: str | Path | None) -> str | Path | None:
+    """The file a kernel was read from: the kernel itself when given as a path, else the
+    ``kernel_file`` named beside a parsed kernel (the CLI's), else None."""
+    if isinstance(kernel, str | Path) and not _is_text(kernel):
+        return kernel
+    return kernel_file
+
+
 def _is_text(value: str | Path) -> bool:
     return isinstance(value, str) and "\n" in value
 
@@ -229,9 +237,7 @@ def run(kernel: KernelLike, inputs: Mapping[str, Any] | None = None, *, seed: in
     inputs_from = None
     if inputs is None:
         seed = _count(seed, "seed", 0)
-        kernel_path = kernel if isinstance(kernel, str | Path) and not _is_text(kernel) \
-            else kernel_file
-        s = _spec_of(k, spec, kernel_path)
+        s = _spec_of(k, spec, _kernel_path(kernel, kernel_file))
         if s is not None:
             values, inputs_from = random_spec_inputs(s, seed), f"spec {s.name}'s ranges"
         else:
@@ -285,8 +291,7 @@ def verify(kernel: KernelLike, spec: SpecLike | None = None, *, name: str | None
     examples, seed = _count(examples, "examples", 1), _count(seed, "seed", 0)
     k, m = _kernel_and_machine(kernel, machine)
     check_fits(k, m)  # what `run` refuses, verify refuses alike (ConstraintError)
-    kernel_path = kernel if isinstance(kernel, str | Path) and not _is_text(kernel) \
-        else kernel_file
+    kernel_path = _kernel_path(kernel, kernel_file)
     s = spec_for_kernel(k, spec, name, kernel_path)
     extra = None
     if isinstance(inputs, str | Path):

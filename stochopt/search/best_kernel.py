@@ -12,6 +12,7 @@ from stochopt.leir.render import render
 from stochopt.rundir import (
     BEST_JSON,
     BEST_LEIR,
+    CHECK_BANK,
     COUNTEREXAMPLES,
     PROOF_PENDING,
     SOURCE_SEARCH,
@@ -22,6 +23,7 @@ from stochopt.rundir import (
     read_json,
     write_json,
 )
+from stochopt.verify.bank import CheckContext
 from stochopt.verify.check import certificate, check
 
 RECHECK_SEED_STEP = 104729  # the final re-check's seed: the run's plus this (a prime)
@@ -94,9 +96,6 @@ def recheck_best(rd: Path, spec, machine, seed: int, baseline_text: str,
     best = read_json(rd / BEST_JSON)
     if best.get("source") == SOURCE_START or "recheck" in best:
         return None
-    from stochopt.rundir import CHECK_BANK
-    from stochopt.verify.bank import CheckContext
-
     baseline = parse(baseline_text, machine)
     seed = recheck_seed(seed)
     # the run's check bank: the references and baseline outputs of the re-check's inputs

@@ -107,7 +107,7 @@ def supervise(rd: Path, run: dict, state: dict, start_text: str, baseline_text: 
     executor.start(jobs, outbox)
     run_state.executor = executor
     if workers:
-        examples = run["config"].get("full_examples", 200)
+        examples = run_state.full_examples
         prepare_recheck_at = t0 + RECHECK_PREPARE_AT * run["budget_s"]
         checker_jobs = [CheckerJob(i, str(rd), str(rd / SPEC_PY), run.get("name"), machine,
                                    baseline_text, examples, deadline, run["seed"],
@@ -230,6 +230,11 @@ class _RunState:
         for pending in self.saved_pending:  # candidates an interrupted session left
             self.pool.add(pending)
         self._announce()
+
+    @property
+    def full_examples(self) -> int:
+        """Examples of every full check of the run, the final re-check's too."""
+        return self.run["config"].get("full_examples", 200)
 
     def longest_check_s(self) -> float:
         return self.pool.longest_check_s if self.pool is not None else 0.0
@@ -432,7 +437,7 @@ class _RunState:
             note = recheck_best(self.rd, self.spec, self.machine, self.run["seed"],
                                 baseline_text, self.stats.bests,
                                 deadline=time.monotonic() + max(0.0, left),
-                                examples=self.run["config"].get("full_examples", 200))
+                                examples=self.full_examples)
             if note:
                 self.stats.notes.append(note)
                 self.stats.best_cycles = read_json(self.rd / BEST_JSON)["cycles"]

@@ -133,6 +133,7 @@ def test_the_final_recheck_reads_the_inputs_idle_check_workers_prepared(tmp_path
     import time
 
     from stochopt.rundir import CHECK_BANK
+    from stochopt.search import best_kernel
     from stochopt.search.best_kernel import recheck_seed
     from stochopt.search.checks import Checker, CheckerJob
     from stochopt.verify import bank
@@ -171,7 +172,7 @@ def test_the_final_recheck_reads_the_inputs_idle_check_workers_prepared(tmp_path
             assert bankless.warm and bankless.context.misses == len(set(
                 inputs.key for inputs in shared_inputs(bankless.context, 40, 3)))
         write_best(rd, parse(baseline), spec, PASSED, MNCORE2, "search", 1.0, 0)
-        monkeypatch.setattr(bank, "CheckContext", Recorded)
+        monkeypatch.setattr(best_kernel, "CheckContext", Recorded)
         assert recheck_best(rd, spec, MNCORE2, 3, baseline, [], examples=40) is None
         monkeypatch.undo()
         assert json.loads((rd / "best.json").read_text())["recheck"]["examples"] == 40
