@@ -260,11 +260,13 @@ class CheckActor:
         self.checker = Checker(job, None)
         self.turn = threading.Lock()
 
-    def warm_up(self, seconds: float) -> bool:
-        """Prepare shared inputs for about this long (Checker.warm_up); True once all are."""
+    def warm_up(self, seconds: float) -> float | None:
+        """Prepare shared inputs for about this long (Checker.warm_up): None while some
+        are left, then the CPU seconds preparing them took (the driver's final re-check,
+        which no actor prepares for, pays about as much: the run's reserve holds it)."""
         with self.turn:
             self.checker.warm_up(seconds)
-            return self.checker.warm
+            return self.checker.warm_cpu_s if self.checker.warm else None
 
     def check(self, check_id: str, text: str) -> tuple[dict, bool, bytes | None]:
         """(the verdict's facts, whether it was cut short, the counterexample's .npz)."""

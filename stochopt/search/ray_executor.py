@@ -385,9 +385,13 @@ class RayCheckWorkers:
             for ref in done:
                 index = self.warming.pop(ref)
                 try:
-                    self.warm[index] = self.ray.get(ref)
+                    cpu_s = self.ray.get(ref)
                 except self.ray.exceptions.RayError:  # its check call will say why
                     self.warm[index] = True
+                    continue
+                if cpu_s is not None:  # as a process worker says it (checks._check_loop)
+                    self.warm[index] = True
+                    self.outbox.put(("warmed", index, cpu_s))
         busy = {index for index, _ in self.calls.values()} | set(self.warming.values())
         for index, actor in enumerate(self.actors):
             if actor is not None and not self.warm[index] and index not in busy:

@@ -132,13 +132,17 @@ def _pending(text: str, check_id: str) -> Pending:
     return Pending(cost(parse(text)).cycles, check_id, 0, text, 3, {"outcome": "checking"})
 
 
-def _messages(outbox) -> list[tuple]:
+def _messages(outbox, warmed: bool = False) -> list[tuple]:
+    """What reached the driver, in order; an actor's ``warmed`` (sent whenever its few
+    inputs are ready) only when asked for."""
     out = []
     while True:
         try:
-            out.append(outbox.get(timeout=0.5))
+            message = outbox.get(timeout=0.5)
         except queue.Empty:
             return out
+        if warmed or message[0] != "warmed":
+            out.append(message)
 
 
 @pytest.mark.slow  # two full checks
@@ -191,8 +195,10 @@ def test_a_check_that_fails_is_reported_and_its_candidate_cut(workers):
     assert messages[1][:3] == ("verdict", 0, "0-0") and messages[1][4] is True
 
 
-def test_an_idle_actor_prepares_the_shared_inputs(workers):
-    pool, _, ray = workers(examples=12)
+def test_an_idle_actor_prepares_the_shared_inputs_and_says_what_it_cost(workers):
+    """What preparing them cost reaches the supervisor, which keeps that much of the
+    budget for the final re-check: on the driver, it prepares its inputs itself."""
+    pool, outbox, ray = workers(examples=12)
     for _ in range(200):  # half a second of work per call; softmax's 12 inputs are few
         pool.dispatch(float("inf"))
         if pool.workers.warm[0]:
@@ -200,3 +206,6 @@ def test_an_idle_actor_prepares_the_shared_inputs(workers):
     checker = ray.actors[0].instance.checker
     assert pool.workers.warm[0] and checker.warm
     assert checker.context.misses >= 12 - 2 - 1  # the fixed and drawn inputs, prepared
+    (kind, worker, cpu_s), = _messages(outbox, warmed=True)
+    assert (kind, worker) == ("warmed", 0)
+    assert cpu_s == checker.warm_cpu_s > 0
