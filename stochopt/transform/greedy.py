@@ -5,8 +5,10 @@ same interface the proposer uses), the rewrite that lowers the cycle count most 
 still passes the screening inputs) is kept, and the rewrite ends at the fixpoint, where
 no rule helps. Rules that draw a parameter draw it from one generator seeded by
 ``seed``, so a seed gives one result. The result must pass the full check like any
-search result; when it does not (a lossy rewrite slipped through screening), greedy
-gives back the start kernel with no steps. Benchmarks run it beside the stochastic
+search result; when it does not (a lossy rewrite slipped through screening), the
+counterexample joins the screening inputs and greedy descends again from the start, as a
+chain's opening does (at most REDESCENTS times; then it gives back the start kernel with
+no steps). Benchmarks run it beside the stochastic
 search, and a chain's first proposal is the same descent (``descend``: screened by the
 chain, then fully checked like any candidate), so the search starts from where the
 classical compiler stops rather than racing it from the lowering.
@@ -27,6 +29,8 @@ from stochopt.spec import Spec
 from stochopt.transform.plan import Step, every_step
 from stochopt.verify.check import check
 from stochopt.verify.screening import ScreeningSet
+
+REDESCENTS = 3  # descents made again after the full check refuted the last one
 
 
 @dataclass
@@ -55,14 +59,24 @@ def greedy_fixpoint(kernel: Kernel, spec: Spec, machine, baseline: Kernel | None
     start = time.perf_counter()
     baseline = baseline or kernel
     screening = ScreeningSet(spec, baseline, machine, seed=seed)
-    current, cycles, steps, candidates, plan = descend(kernel, machine, screening.error,
-                                                       random.Random(seed), max_steps)
-    verdict = check(current, spec, examples=examples, seed=seed, machine=machine,
-                    baseline=baseline)
-    if not verdict.equivalent:  # a lossy rewrite slipped through screening: start kernel
+    candidates = 0
+    for _ in range(1 + REDESCENTS):
+        current, cycles, steps, tried, plan = descend(kernel, machine, screening.error,
+                                                      random.Random(seed), max_steps)
+        candidates += tried
+        if not steps:
+            break
+        verdict = check(current, spec, examples=examples, seed=seed, machine=machine,
+                        baseline=baseline)
+        if verdict.equivalent or verdict.counterexample is None:  # proved, or no input
+            break                                                   # to steer by
+        # a lossy rewrite slipped through screening: its counterexample joins the
+        # screening inputs, and the descent from the start is steered past that step
+        screening.add(verdict.counterexample.inputs)
+    if steps and not verdict.equivalent:  # refused every time: the start kernel
         current, cycles, steps, plan = kernel, cost(kernel, machine).cycles, [], []
     return GreedyResult(current, cycles, steps, candidates, time.perf_counter() - start,
-                        verdict.equivalent or not steps, plan)
+                        True, plan)
 
 
 def descend(kernel: Kernel, machine, screening_error: Callable[[Kernel], float],
