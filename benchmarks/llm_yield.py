@@ -88,8 +88,8 @@ def run_arm(spec_name: str, seed: int, requests: int, llm: dict, start: str,
     chain = ChainRun(0, spec, baseline, cost(baseline, machine).cycles, baseline, machine,
                      ["llm"], seed, ChainConfig(full_examples=20), proposer)
     if start == "fixpoint":
-        chain.restart_from(descend(baseline, machine, chain.objective.error,
-                                   random.Random(seed)).kernel)
+        opened = descend(baseline, machine, chain.objective.error, random.Random(seed))
+        chain.restart_from(opened.kernel, opened.plan)
     kernel = chain.current
     plans = []
     while len(plans) < requests:

@@ -39,3 +39,23 @@ def test_the_transfer_measurements_specs_lower_and_verify(name):
     spec = load_spec(ROOT / "benchmarks" / "specs" / f"{name}.py")
     kernel = lower(spec)
     assert check(kernel, spec, examples=20, seed=0, baseline=kernel).equivalent
+
+
+@pytest.mark.slow  # a chain and its full checks; no model: chance answers the plans
+def test_llm_yield_runs_an_arm_from_greedys_descent():
+    """``--start fixpoint`` starts the chain where greedy's descent ends (it once called
+    the chain's restart with an argument missing, and failed before its first plan)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import llm_yield
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    llm = {"model": "chance", "base_url": "http://127.0.0.1:9/v1", "max_tokens": 48,
+           "timeout_s": 60.0}
+    arms = {start: llm_yield.run_arm(
+        "softmax", 0, 1, llm, start, lambda o: llm_yield.ChanceClient(o, [2], 0))
+        for start in ("lowering", "fixpoint")}
+    assert arms["fixpoint"]["start_cycles"] < arms["lowering"]["start_cycles"]
+    for arm in arms.values():
+        (plan,) = arm["plans"]
+        assert plan["length"] == 2 and arm["end_cycles"] <= arm["start_cycles"]
