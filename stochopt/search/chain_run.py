@@ -29,11 +29,9 @@ from stochopt.search.objective import Objective
 from stochopt.search.proposers import Bandit, ChainProposer
 from stochopt.search.values import CachedScreening
 from stochopt.spec import Spec
-from stochopt.transform.greedy import descend
+from stochopt.transform.greedy import REDESCENTS, descend
 from stochopt.transform.plan import Step
 from stochopt.tuning.transfer import opening_starts
-
-REOPENINGS = 3  # descents made again from the start after the opening was refuted
 
 
 @dataclass
@@ -110,10 +108,10 @@ class ChainRun:
         screening inputs, so cost the current kernel again. If the opening's kernel now
         fails them (a lossy step passed the first screening, as bf16 operands do on
         mla_decode), the next proposal is the descent again from the start, which the
-        counterexample now steers past that step (at most REOPENINGS times)."""
+        counterexample now steers past that step (at most REDESCENTS times)."""
         self.chain.recost()
         opened = self.proposer.opened
-        if opened is None or self.reopened >= REOPENINGS or self.proposer.opening is not None \
+        if opened is None or self.reopened >= REDESCENTS or self.proposer.opening is not None \
                 or self.objective.error(opened.kernel, 0.0) == 0:
             return
         self.reopened += 1
@@ -215,7 +213,7 @@ class ChainRun:
         if state["proposals"]:  # its first proposal was made in an earlier session
             self.proposer.opening = None
         self.restarts.since_improvement = state["since_improvement"]
-        self.reopened = state.get("reopened", REOPENINGS)  # older: no opening known
+        self.reopened = state.get("reopened", REDESCENTS)  # older: no opening known
         self.checks.full_checks = state["full_checks"]
         self.proposer.bandit = Bandit.from_state(state["bandit"])
         self.checks.best_cycles = state["best_cycles"]
