@@ -51,6 +51,8 @@ FOLLOW_UPS: dict[str, tuple[str, ...]] = {
     # a new spread or gathered factor changes every stage's time: reorder
     "spread_over_more_of_the_tree": ("gather_spread_factor", "list_schedule"),
     "gather_spread_factor": ("spread_over_more_of_the_tree", "list_schedule"),
+    # one load in longer runs: its sibling loads too, then reorder around the relayouts
+    "load_in_longer_runs": ("load_in_longer_runs", "list_schedule"),
     # K cut into batches: lay the batches out, then reorder
     "split_k_to_batch": ("propagate_layout", "spread_over_more_of_the_tree", "list_schedule"),
     "swap_matmul_orientation": ("cancel_transposes", "hoist_movement", "propagate_layout"),

@@ -23,11 +23,11 @@ from collections import Counter
 from dataclasses import replace
 
 from stochopt.errors import ConstraintError
-from stochopt.leir.ir import Kernel
+from stochopt.leir.ir import Kernel, Node
 from stochopt.leir.layout import Factor, Layout
 from stochopt.leir.ops import ELEMENTWISE, OPS, layout_ops
 from stochopt.leir.rules import make_layout
-from stochopt.transform.edit import rebuild, replace_uses
+from stochopt.transform.edit import rebuild, replace_uses, substitute
 
 
 def layout_groups(k: Kernel) -> list[int]:
@@ -167,3 +167,43 @@ def gather_spread_factor(k: Kernel, site: tuple[int, int, int], machine,
             nodes[t] = replace(n, attrs=tuple((key, new if key == "layout" else value)
                                               for key, value in n.attrs))
     return rebuild(k, nodes, k.output, machine)
+
+
+# -- loading in longer runs, the layout restored on chip ------------------------------
+
+def where_load_in_longer_runs(k: Kernel) -> list[tuple[int, int, int]]:
+    """(load, axis, factor index) of the spread factor where each load's DRAM run ends:
+    the last spread factor in the layout's order (a run is the trailing local factors)."""
+    sites = []
+    for i, n in enumerate(k.nodes):
+        if n.op != "load":
+            continue
+        spread = [(axis, j) for axis, factors in enumerate(n.attr("layout").axes)
+                  for j, f in enumerate(factors) if f.level is not None]
+        if spread:
+            sites.append((i, *spread[-1]))
+    return sites
+
+
+def load_in_longer_runs(k: Kernel, site: tuple[int, int, int], machine,
+                        rng=None, option: int | None = None) -> Kernel:
+    """load(x, A) -> relayout(load(x, A'), A): A' makes g of the spread factor where A's
+    run ends local, so DRAM is read in g times longer runs, and a relayout (inside the
+    level the factor spread over, often on the tree beside other work) restores A for
+    the readers. Unlike gather_spread_factor, only this load changes: the values it
+    feeds keep their layouts. Values never change."""
+    i, axis, j = site
+    load = k.nodes[i]
+    lay: Layout = load.attr("layout")
+    ref, d = lay.axes[axis], lay.axes[axis][j].size
+    g = option if option is not None else rng.choice(gather_divisors(k, site)) \
+        if rng is not None else d
+    axes = list(lay.axes)
+    axes[axis] = ref[:j] + (Factor(d // g, ref[j].level), Factor(g)) + ref[j + 1:]
+    wide = make_layout(lay.shape, axes, lay.replicated)
+    nodes = list(k.nodes)
+    nodes.append(Node("load", load.args, tuple((key, wide if key == "layout" else value)
+                                               for key, value in load.attrs), load.type))
+    nodes.append(Node("relayout", (len(nodes) - 1,), (("layout", lay),), load.type,
+                      load.name))
+    return substitute(k, nodes, i, len(nodes) - 1, machine)

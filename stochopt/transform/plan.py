@@ -325,7 +325,7 @@ def describe_site(kernel: Kernel, rule: str, site: Any, names: list[str] | None 
         node, axis, factor, level = site
         axis += len(kernel.nodes[node].type.shape)
         return f"`{_node_text(kernel, node, names)}`, axis {axis}, factor {factor} over {level}"
-    if rule == "gather_spread_factor":
+    if rule in ("gather_spread_factor", "load_in_longer_runs"):
         node, axis, factor = site
         return f"`{_node_text(kernel, node, names)}`, axis {axis}, spread factor {factor}"
     if rule == "propagate_layout":

@@ -26,8 +26,10 @@ from stochopt.transform.edit import common_subexpressions, rebuild
 from stochopt.transform.layout_propagation import (
     gather_divisors,
     gather_spread_factor,
+    load_in_longer_runs,
     propagate_layout,
     where_gather_spread_factor,
+    where_load_in_longer_runs,
     where_propagate_layout,
 )
 from stochopt.transform.local_rules import ARITHMETIC, DTYPES, MOVEMENT
@@ -217,6 +219,9 @@ RULES: list[Rule] = [
     Rule("gather_spread_factor", "split a spread factor d_LEVEL of an axis into (d/g)_LEVEL x g "
       "local in every layout that lays the axis out alike: longer DRAM runs, shorter trees",
          where_gather_spread_factor, gather_spread_factor, options=gather_divisors),
+    Rule("load_in_longer_runs", "load(x, A) -> relayout(load(x, A'), A): this load alone "
+      "reads DRAM in longer runs",
+         where_load_in_longer_runs, load_in_longer_runs, options=gather_divisors),
     Rule("tile_output", "store(f(x)) -> concat([store(f(x[tile t])) for t in tiles]): cut the "
       "output along an axis into 2, 4 or 8 blocks, each loaded, computed and stored on its "
       "own, the next block's loads issued ahead; shared values computed once",

@@ -273,7 +273,7 @@ def test_the_plan_prompt_a_large_model_is_sent_is_reviewed_as_text(softmax):
 
 def test_a_small_context_gets_a_shorter_menu_and_no_reference(softmax):
     big, _ = plan_prompt(softmax, 100_000)
-    small, text = plan_prompt(softmax, 1000)
+    small, text = plan_prompt(softmax, 1100)  # menu only: ~1,040 tokens
     assert small.level_name == "menu only" and small.fits
     assert small.estimate_tokens < big.estimate_tokens < 2500
     assert "```leir" not in text and "1. " in text
