@@ -138,6 +138,12 @@ def replace_uses(nodes: list[Node], old: int, new: int, after: int | None = None
     return nodes[:start] + [remap(n, {old: new}) for n in nodes[start:]]
 
 
+def with_layout(attrs: tuple, layout) -> tuple:
+    """A layout op's attributes with another layout (every other attribute kept, in
+    order)."""
+    return tuple([(key, layout if key == "layout" else value) for key, value in attrs])
+
+
 def insert(nodes: list[Node], position: int, node: Node) -> list[Node]:
     """Insert a node at a position; later references shift by one."""
     shift = {i: i + 1 for i in range(position, len(nodes))}

@@ -20,14 +20,13 @@ take the new layout (a matmul, say) makes the move refuse with a ConstraintError
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
 
 from stochopt.errors import ConstraintError
 from stochopt.leir.ir import Kernel, Node
 from stochopt.leir.layout import Factor, Layout
 from stochopt.leir.ops import ELEMENTWISE, OPS, layout_ops
 from stochopt.leir.rules import make_layout
-from stochopt.transform.edit import rebuild, replace_uses, substitute
+from stochopt.transform.edit import rebuild, replace_uses, substitute, with_layout
 
 
 def layout_groups(k: Kernel) -> list[int]:
@@ -79,9 +78,7 @@ def propagate_layout(k: Kernel, site: tuple[str, int], machine, rng=None) -> Ker
                 continue
             new = derived(target, n.type.shape)
             if new is not None and new != n.attr("layout"):
-                attrs = tuple((key, new if key == "layout" else value)
-                              for key, value in n.attrs)
-                nodes[producer] = replace(n, attrs=attrs)
+                nodes[producer] = n.replaced(attrs=with_layout(n.attrs, new))
                 changed = True
     if kind == "member" and not changed:
         raise ConstraintError("propagate_layout: the group already has that layout")
@@ -140,6 +137,18 @@ def gather_divisors(k: Kernel, site: tuple[int, int, int], machine=None) -> list
     return [g for g in range(2, d + 1) if d % g == 0]
 
 
+def _gathered_axis(k: Kernel, site: tuple[int, int, int], rng, option: int | None
+                   ) -> tuple[Factor, ...]:
+    """The axis at ``site`` with g of its spread factor d_L made local, d_L -> (d/g)_L, g:
+    g is ``option``, else drawn from gather_divisors, else (no rng) all of d."""
+    i, axis, j = site
+    ref = k.nodes[i].attr("layout").axes[axis]
+    d = ref[j].size
+    g = option if option is not None else \
+        rng.choice(gather_divisors(k, site)) if rng is not None else d
+    return ref[:j] + (Factor(d // g, ref[j].level), Factor(g)) + ref[j + 1:]
+
+
 def gather_spread_factor(k: Kernel, site: tuple[int, int, int], machine,
                          rng=None, option: int | None = None) -> Kernel:
     """Make part of a spread factor local, d_L -> (d/g)_L, g, in every layout op that
@@ -148,13 +157,10 @@ def gather_spread_factor(k: Kernel, site: tuple[int, int, int], machine,
     consistent through the kernel. The inverse of spread_over_more_of_the_tree: fewer
     units work, but a run that ends in the new local factor is g times longer in DRAM,
     and a tree that no longer crosses the level is cheaper. Values never change."""
-    i, axis, j = site
+    i, axis, _ = site
     lay: Layout = k.nodes[i].attr("layout")
     ref, size = lay.axes[axis], lay.shape[axis]
-    d = ref[j].size
-    divisors = gather_divisors(k, site)
-    g = option if option is not None else rng.choice(divisors) if rng is not None else d
-    new_axis = ref[:j] + (Factor(d // g, ref[j].level), Factor(g)) + ref[j + 1:]
+    new_axis = _gathered_axis(k, site, rng, option)
     nodes = list(k.nodes)
     for t, n in enumerate(nodes):
         if n.op not in layout_ops():
@@ -164,8 +170,7 @@ def gather_spread_factor(k: Kernel, site: tuple[int, int, int], machine,
                 for s, a in zip(old.shape, old.axes, strict=True)]
         if axes != list(old.axes):
             new = make_layout(old.shape, axes, old.replicated)
-            nodes[t] = replace(n, attrs=tuple((key, new if key == "layout" else value)
-                                              for key, value in n.attrs))
+            nodes[t] = n.replaced(attrs=with_layout(n.attrs, new))
     return rebuild(k, nodes, k.output, machine)
 
 
@@ -192,18 +197,14 @@ def load_in_longer_runs(k: Kernel, site: tuple[int, int, int], machine,
     level the factor spread over, often on the tree beside other work) restores A for
     the readers. Unlike gather_spread_factor, only this load changes: the values it
     feeds keep their layouts. Values never change."""
-    i, axis, j = site
+    i, axis, _ = site
     load = k.nodes[i]
     lay: Layout = load.attr("layout")
-    ref, d = lay.axes[axis], lay.axes[axis][j].size
-    g = option if option is not None else rng.choice(gather_divisors(k, site)) \
-        if rng is not None else d
     axes = list(lay.axes)
-    axes[axis] = ref[:j] + (Factor(d // g, ref[j].level), Factor(g)) + ref[j + 1:]
+    axes[axis] = _gathered_axis(k, site, rng, option)
     wide = make_layout(lay.shape, axes, lay.replicated)
     nodes = list(k.nodes)
-    nodes.append(Node("load", load.args, tuple((key, wide if key == "layout" else value)
-                                               for key, value in load.attrs), load.type))
+    nodes.append(Node("load", load.args, with_layout(load.attrs, wide), load.type))
     nodes.append(Node("relayout", (len(nodes) - 1,), (("layout", lay),), load.type,
                       load.name))
     return substitute(k, nodes, i, len(nodes) - 1, machine)

@@ -16,7 +16,7 @@ from stochopt.leir.layout import LEVELS, Factor, Layout
 from stochopt.leir.ops import OPS, layout_ops, siblings
 from stochopt.leir.rules import make_layout
 from stochopt.transform.choice import weighted_choice
-from stochopt.transform.edit import edited, insert, remap, replace_uses, shifted
+from stochopt.transform.edit import edited, insert, remap, replace_uses, shifted, with_layout
 
 
 def _pick(rng: random.Random, kernel: Kernel, ops: tuple[str, ...] | None = None,
@@ -83,9 +83,7 @@ def change_layout(kernel: Kernel, rng: random.Random, machine) -> Kernel | None:
 
     def make() -> tuple[list[Node], int]:
         nodes = list(kernel.nodes)
-        attrs = dict(n.attrs)
-        attrs["layout"] = layout
-        nodes[i] = n.replaced(attrs=tuple(attrs.items()))
+        nodes[i] = n.replaced(attrs=with_layout(n.attrs, layout))
         return nodes, kernel.output
 
     return edited(kernel, machine, ("layout", i, layout), make)

@@ -22,7 +22,7 @@ from stochopt.leir.layout import LEVELS, Factor, Layout
 from stochopt.leir.ops import layout_ops
 from stochopt.leir.rules import make_layout
 from stochopt.transform import algebraic_forms as forms
-from stochopt.transform.edit import common_subexpressions, rebuild
+from stochopt.transform.edit import common_subexpressions, rebuild, with_layout
 from stochopt.transform.layout_propagation import (
     gather_divisors,
     gather_spread_factor,
@@ -162,9 +162,7 @@ def spread_over_more_of_the_tree(k: Kernel, site, machine, rng=None,
         if n.op in layout_ops():
             new = _spread_layout(n.attr("layout"), ref_axis, neg_axis, j, level, d)
             if new is not None:
-                attrs = dict(n.attrs)
-                attrs["layout"] = new
-                nodes[t] = replace(n, attrs=tuple(attrs.items()))
+                nodes[t] = n.replaced(attrs=with_layout(n.attrs, new))
     return rebuild(k, nodes, k.output, machine)
 
 
