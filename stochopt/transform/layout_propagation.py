@@ -178,10 +178,14 @@ def gather_spread_factor(k: Kernel, site: tuple[int, int, int], machine,
 
 def where_load_in_longer_runs(k: Kernel) -> list[tuple[int, int, int]]:
     """(load, axis, factor index) of the spread factor where each load's DRAM run ends:
-    the last spread factor in the layout's order (a run is the trailing local factors)."""
+    the last spread factor in the layout's order (a run is the trailing local factors).
+    A load that only relayouts read is left out: the rule would stack a second relayout
+    on the first (fold_relayout_into_load, then this rule, reaches the same kernels)."""
     sites = []
+    users = k.users()
     for i, n in enumerate(k.nodes):
-        if n.op != "load":
+        if n.op != "load" or (users[i] and all(k.nodes[u].op == "relayout"
+                                                 for u in users[i])):
             continue
         spread = [(axis, j) for axis, factors in enumerate(n.attr("layout").axes)
                   for j, f in enumerate(factors) if f.level is not None]

@@ -66,6 +66,10 @@ MOVEMENT = [
     Local("fold_relayout_into_load", "relayout(load(x, A), B) -> load(x, B)",
           Pat("relayout", Pat("load", X, name="load"), name="r"),
           lambda m: m.load.but(layout=m.r.attr("layout"))),
+    Local("fold_relayout_pair", "relayout(relayout(x, A), B) -> relayout(x, B): one move "
+          "in place of two",
+          Pat("relayout", Pat("relayout", X, name="inner"), name="outer"),
+          lambda m: m.outer.but(m.x)),
     Local("drop_noop_relayout", "relayout(x, layout_of(x)) -> x",
           Pat("relayout", X, name="r"), lambda m: m.x,
           when=lambda m: m.x.type.layout == m.r.attr("layout")),

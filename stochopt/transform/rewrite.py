@@ -191,6 +191,7 @@ SCHEDULE_UNITS = 6.0
 # Local rules are pattern entries (local_rules.py); the rest are functions.
 RULES: list[Rule] = [
     LOCAL["fold_relayout_into_load"],
+    LOCAL["fold_relayout_pair"],
     LOCAL["drop_noop_relayout"],
     LOCAL["hoist_movement"],
     Rule("reuse_loaded_tensor", "two identical ops (a tensor loaded twice) -> one",

@@ -57,7 +57,7 @@ def test_a_compound_plan_replays_to_its_kernel_and_keeps_meaning(softmax_fixpoin
     verified = 0
     for name in sorted(COMPOUNDS):
         made = 0
-        for seed in range(12 if full else 6):
+        for seed in range(30 if full else 16):
             try:
                 steps, out = COMPOUNDS[name](start, random.Random(seed), MNCORE2)
             except StochoptError:
@@ -77,7 +77,7 @@ def test_a_compound_plan_replays_to_its_kernel_and_keeps_meaning(softmax_fixpoin
 def test_follow_ups_are_applied_where_the_steps_before_them_changed(softmax_fixpoint):
     _, _, start = softmax_fixpoint
     checked = 0
-    for seed in range(12):
+    for seed in range(30):
         try:
             steps, out = COMPOUNDS["follow_ups"](start, random.Random(seed), MNCORE2)
         except StochoptError:

@@ -7,6 +7,7 @@ from stochopt.backend.emulate import emulate, random_inputs
 from stochopt.leir import parse
 from stochopt.machine import MNCORE2
 from stochopt.transform.layout_propagation import load_in_longer_runs, where_load_in_longer_runs
+from stochopt.transform.rewrite import LOCAL
 
 # attention_scores as the search left it: the masks are loaded in the scores' layout,
 # positions (8_L2B,8_MAB,32), so each DRAM run is 32 bytes of bool (half a burst)
@@ -81,3 +82,31 @@ def test_the_option_makes_part_of_the_factor_local():
     out = load_in_longer_runs(kernel, _mask_site(kernel), MNCORE2, option=2)
     assert "(8_L2B,4_MAB,64)" in str(next(n for n in out.nodes if n.op == "load"
                                           and n.type.dtype == "bool").attr("layout"))
+
+
+def test_a_load_only_relayouts_read_is_not_stacked_and_a_relayout_pair_folds():
+    """Applied twice to one load, the rule would stack relayout(relayout(load)), and a
+    chain would drift into kernels that only grow: the load it made is no site, and a
+    pair that does arise (a mutation, propagate_layout) folds into one relayout."""
+    kernel = parse(SCORES, MNCORE2)
+    site = _mask_site(kernel)
+    out = load_in_longer_runs(kernel, site, MNCORE2)
+    made = next(i for i, n in enumerate(out.nodes)
+                if n.op == "load" and "256" in str(n.attr("layout")))
+    assert made not in [s[0] for s in where_load_in_longer_runs(out)]
+    load = kernel.nodes[site[0]]
+    text = SCORES.replace(
+        'v10_0 = load(v7, "(2,16,2048)/((2),(2_PE,8_L1B),(8_L2B,8_MAB,32))")',
+        'v10_a = load(v7, "(2,16,2048)/((2),(2_PE,8_L1B),(8_L2B,256))")\n'
+        '    v10_b = relayout(v10_a, "(2,16,2048)/((2),(2_PE,8_L1B),(2_L2B,4_MAB,256))")\n'
+        '    v10_0 = relayout(v10_b, "(2,16,2048)/((2),(2_PE,8_L1B),(8_L2B,8_MAB,32))")')
+    assert load.name == "v10_0" and text != SCORES
+    pair = parse(text, MNCORE2)
+    rule = LOCAL["fold_relayout_pair"]
+    (found,) = rule.find(pair)
+    folded = rule.apply(pair, found, MNCORE2, None)
+    assert sum(n.op == "relayout" for n in folded.nodes) == 1
+    inputs = random_inputs(pair, seed=0)
+    np.testing.assert_array_equal(emulate(folded, inputs, exact=True),
+                                  emulate(pair, inputs, exact=True))
+    assert cost(folded, MNCORE2).cycles <= cost(pair, MNCORE2).cycles
