@@ -178,14 +178,10 @@ def gather_spread_factor(k: Kernel, site: tuple[int, int, int], machine,
 
 def where_load_in_longer_runs(k: Kernel) -> list[tuple[int, int, int]]:
     """(load, axis, factor index) of the spread factor where each load's DRAM run ends:
-    the last spread factor in the layout's order (a run is the trailing local factors).
-    A load that only relayouts read is left out: the rule would stack a second relayout
-    on the first (fold_relayout_into_load, then this rule, reaches the same kernels)."""
+    the last spread factor in the layout's order (a run is the trailing local factors)."""
     sites = []
-    users = k.users()
     for i, n in enumerate(k.nodes):
-        if n.op != "load" or (users[i] and all(k.nodes[u].op == "relayout"
-                                                 for u in users[i])):
+        if n.op != "load":
             continue
         spread = [(axis, j) for axis, factors in enumerate(n.attr("layout").axes)
                   for j, f in enumerate(factors) if f.level is not None]
@@ -200,7 +196,9 @@ def load_in_longer_runs(k: Kernel, site: tuple[int, int, int], machine,
     run ends local, so DRAM is read in g times longer runs, and a relayout (inside the
     level the factor spread over, often on the tree beside other work) restores A for
     the readers. Unlike gather_spread_factor, only this load changes: the values it
-    feeds keep their layouts. Values never change."""
+    feeds keep their layouts. Values never change. A load that only relayouts read takes
+    A' in place: their relayouts already give their readers the layouts they need, and
+    a second relayout stacked on each would only cost."""
     i, axis, _ = site
     load = k.nodes[i]
     lay: Layout = load.attr("layout")
@@ -208,6 +206,10 @@ def load_in_longer_runs(k: Kernel, site: tuple[int, int, int], machine,
     axes[axis] = _gathered_axis(k, site, rng, option)
     wide = make_layout(lay.shape, axes, lay.replicated)
     nodes = list(k.nodes)
+    readers = k.users()[i]
+    if readers and all(k.nodes[r].op == "relayout" for r in readers):
+        nodes[i] = load.replaced(attrs=with_layout(load.attrs, wide))
+        return rebuild(k, nodes, k.output, machine)
     nodes.append(Node("load", load.args, with_layout(load.attrs, wide), load.type))
     nodes.append(Node("relayout", (len(nodes) - 1,), (("layout", lay),), load.type,
                       load.name))

@@ -86,14 +86,22 @@ def test_the_option_makes_part_of_the_factor_local():
 
 def test_a_load_only_relayouts_read_is_not_stacked_and_a_relayout_pair_folds():
     """Applied twice to one load, the rule would stack relayout(relayout(load)), and a
-    chain would drift into kernels that only grow: the load it made is no site, and a
-    pair that does arise (a mutation, propagate_layout) folds into one relayout."""
+    chain would drift into kernels that only grow: on the load it made it changes the
+    load in place, and a pair that does arise (a mutation, propagate_layout) folds into
+    one relayout."""
     kernel = parse(SCORES, MNCORE2)
     site = _mask_site(kernel)
-    out = load_in_longer_runs(kernel, site, MNCORE2)
-    made = next(i for i, n in enumerate(out.nodes)
-                if n.op == "load" and "256" in str(n.attr("layout")))
-    assert made not in [s[0] for s in where_load_in_longer_runs(out)]
+    half = load_in_longer_runs(kernel, site, MNCORE2, option=2)
+    (made,) = [i for i, n in enumerate(half.nodes) if n.op == "relayout"]
+    (again,) = [s for s in where_load_in_longer_runs(half)
+                if s[0] == half.nodes[made].args[0]]
+    out = load_in_longer_runs(half, again, MNCORE2, option=2)
+    assert sum(n.op == "relayout" for n in out.nodes) == 1
+    loads = [str(n.attr("layout")) for n in out.nodes if n.op == "load"]
+    assert "(2,16,2048)/((2),(2_PE,8_L1B),(8_L2B,2_MAB,128))" in loads, loads
+    inputs = random_inputs(kernel, seed=0)
+    np.testing.assert_array_equal(emulate(out, inputs, exact=True),
+                                  emulate(kernel, inputs, exact=True))
     load = kernel.nodes[site[0]]
     text = SCORES.replace(
         'v10_0 = load(v7, "(2,16,2048)/((2),(2_PE,8_L1B),(8_L2B,8_MAB,32))")',
