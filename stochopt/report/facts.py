@@ -130,7 +130,7 @@ def run_facts(run_dir: str | Path, now: float | None = None) -> dict:
         "llm_transcripts": _count_files(rd / LLM_TRANSCRIPTS),
         # requests, prompt sizes, failures, the yield per form and variant, improvements
         "llm": llm_facts(rd, run, events["llm_proved"], improvements),
-        "restarts": events["restarts"],  # chains started again after their node died (Ray)
+        "restarts": events["restarts"],  # chains started again after their process died
         "tuning": run.get("tuning"),  # what the tuning database gave the run
         "history": history_facts(run, rd),  # this spec's runs in the tuning database
         "notes": notes,
@@ -139,8 +139,14 @@ def run_facts(run_dir: str | Path, now: float | None = None) -> dict:
     if events["restarts"]:
         when = ", ".join(f"chain {r['chain']} at {r['t']:.0f}s" for r in events["restarts"][:5])
         notes.append(f"{plural(len(events['restarts']), 'chain')} restarted from "
-                     f"{'its' if len(events['restarts']) == 1 else 'their'} last state after "
-                     f"a node went away ({when})")
+                     f"{'its' if len(events['restarts']) == 1 else 'their'} last state ({when}; "
+                     f"{events['restarts'][0]['why'].split(';')[0]})")
+    if events["worker_restarts"]:
+        first = events["worker_restarts"][0]
+        notes.append(f"{plural(len(events['worker_restarts']), 'check worker')} started again "
+                     f"(worker {first['worker']} at {first['t']:.0f}s; "
+                     f"{first['why'].split(';')[0]}); the candidates they were checking "
+                     "were checked again")
     if not facts["outcomes"].get("unproved"):  # rare: its column shows only when it occurs
         for counts in [facts["outcomes"]] + [p["outcomes"] for p in proposers.values()]:
             counts.pop("unproved", None)
@@ -240,7 +246,8 @@ def _read_events(path: Path, notes: list[str], start_cycles: int) -> dict:
     per = {"proposals": 0, "accepted": 0, "tokens": 0, "cost_usd": 0.0, "last_t": 0.0,
            "outcomes": dict.fromkeys(OUTCOMES, 0), "by_proposer": {}, "steps": credit.steps,
            "llm_proved": credit.llm_proved,
-           "times": array("d"), "taken": array("b"), "spans": [], "restarts": []}
+           "times": array("d"), "taken": array("b"), "spans": [], "restarts": [],
+           "worker_restarts": []}
     skipped = 0
     try:
         f = open(path)
@@ -290,6 +297,10 @@ def _other_line(e: dict, per: dict) -> bool:
     another node. False for anything else (a broken line)."""
     if e.get("event") == "chain_restarted":
         per["restarts"].append({"t": float(e["t"]), "chain": e["chain"], "why": e["why"]})
+        return True
+    if e.get("event") == "worker_restarted":
+        per["worker_restarts"].append({"t": float(e["t"]), "worker": e["worker"],
+                                       "why": e["why"]})
         return True
     if e.get("kind") != AGGREGATE:
         return False

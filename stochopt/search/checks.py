@@ -99,9 +99,18 @@ class Pending:
         return cls(**data)
 
 
+def ignore_stop_signals() -> None:
+    """A chain or check process ignores Ctrl-C and SIGTERM: sent to the whole process
+    group (a terminal, `kill -- -PGID`, a service manager), they reach the main process
+    too, which stops its workers and keeps what they found; a worker that died on the
+    signal instead would take its last events with it."""
+    for s in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(s, signal.SIG_IGN)
+
+
 def check_worker(job: CheckerJob, inbox, outbox, stop) -> None:
     """Check candidates the main process sends until told to stop."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    ignore_stop_signals()  # the parent decides when to stop
     parent = os.getppid()
     from threadpoolctl import threadpool_limits
     threadpool_limits(1)
@@ -119,7 +128,8 @@ def abandon(inboxes) -> None:
     (an exchange, a best) can fill a pipe, so the run printed its result and never
     exited."""
     for inbox in inboxes:
-        inbox.cancel_join_thread()
+        if inbox is not None:
+            inbox.cancel_join_thread()
 
 
 class MovableDeadline:
@@ -248,24 +258,43 @@ class Checker:
         return facts, verdict.interrupted, verdict.counterexample
 
 
+RESTARTS = 3  # a worker process that died this often is given up (it cannot run here)
+
+
+def exit_reason(code: int | None) -> str:
+    """What ended a process, from its exit code (negative: the signal)."""
+    return f"signal {signal.Signals(-code).name}" if code and code < 0 else f"exit code {code}"
+
+
 class ProcessCheckWorkers:
     """Check workers as processes on this machine: an inbox each, verdicts on the
-    run's outbox, SIGUSR1 to give way."""
+    run's outbox, SIGUSR1 to give way. A worker whose process died (the OOM killer)
+    is started again, and the candidate it was checking is checked again."""
 
     def __init__(self, ctx, jobs: list[CheckerJob], outbox) -> None:
+        self.ctx, self.jobs, self.outbox = ctx, jobs, outbox
         self.stop = ctx.Event()
-        self.inboxes = [ctx.Queue() for _ in jobs]
-        self.procs = [ctx.Process(target=check_worker, args=(j, self.inboxes[j.index], outbox,
-                                                             self.stop), daemon=True,
-                                  name=f"stochopt-check-{j.index}") for j in jobs]
-        for p in self.procs:
-            p.start()
+        self.inboxes: list = [None] * len(jobs)
+        self.procs: list = [None] * len(jobs)
+        self.restarts = [0] * len(jobs)
+        for j in jobs:
+            self._launch(j.index)
+
+    def _launch(self, index: int) -> None:
+        # a new inbox each time: a process killed while reading may leave its old one locked
+        if self.inboxes[index] is not None:
+            abandon([self.inboxes[index]])
+        self.inboxes[index] = self.ctx.Queue()
+        self.procs[index] = self.ctx.Process(
+            target=check_worker, args=(self.jobs[index], self.inboxes[index], self.outbox,
+                                       self.stop), daemon=True, name=f"stochopt-check-{index}")
+        self.procs[index].start()
 
     def __len__(self) -> int:
         return len(self.procs)
 
     def ready(self, index: int) -> bool:
-        return self.procs[index].is_alive()
+        return self.procs[index] is not None and self.procs[index].is_alive()
 
     def send(self, index: int, pending: Pending) -> None:
         self.inboxes[index].put((pending.check_id, pending.text))
@@ -277,8 +306,24 @@ class ProcessCheckWorkers:
             pass
 
     def poll(self) -> list[int]:
-        """Workers lost since the last poll (a process's own error comes as a message)."""
-        return []
+        """Workers lost since the last poll: each is started again (or, after RESTARTS,
+        given up with a check_error), and a worker_restarted message says why."""
+        lost = []
+        for index, proc in enumerate(self.procs):
+            if proc is None or proc.is_alive() or self.stop.is_set():
+                continue
+            lost.append(index)
+            why = exit_reason(proc.exitcode)
+            self.restarts[index] += 1
+            if self.restarts[index] > RESTARTS:
+                self.procs[index] = None
+                self.outbox.put(("check_error", index, f"its process died "
+                                 f"{self.restarts[index]} times, the last time of {why}"))
+            else:
+                self._launch(index)
+                self.outbox.put(("worker_restarted", index, f"its process died ({why}); "
+                                 "started again, its candidate checked again"))
+        return lost
 
     def close(self, busy) -> None:
         self.stop.set()
@@ -287,6 +332,8 @@ class ProcessCheckWorkers:
         for q in self.inboxes:
             q.put(None)
         for p in self.procs:
+            if p is None:
+                continue
             p.join(timeout=2)
             if p.is_alive():
                 p.terminate()

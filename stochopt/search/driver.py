@@ -21,7 +21,6 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import queue
-import signal
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -34,7 +33,7 @@ from stochopt.leir.render import render
 from stochopt.rundir import CHECKPOINT_JSON, COUNTEREXAMPLES, read_json, write_json
 from stochopt.search.chain import ChainConfig, path_from_json, path_json
 from stochopt.search.chain_run import ChainRun
-from stochopt.search.checks import WorkerJob
+from stochopt.search.checks import WorkerJob, ignore_stop_signals
 
 FLUSH_S = 0.25
 STATE_S = 5.0
@@ -65,7 +64,7 @@ class Job(WorkerJob):
 
 def worker(job: Job, outbox, inbox, stop) -> None:
     """Run one chain until told to stop; report events, bests and state to the parent."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    ignore_stop_signals()  # the parent decides when to stop
     parent = os.getppid()
     from threadpoolctl import threadpool_limits
     threadpool_limits(1)  # numpy may have been imported before stochopt set its default
@@ -221,14 +220,20 @@ class RunResult(Displayable):  # Displayable: Jupyter shows its summary and char
 
 def start_workers(jobs: list[Job], outbox):
     """One forked process per chain, all saying what they do on ``outbox``."""
+    stop = mp.get_context("fork").Event()
+    started = [start_worker(j, outbox, stop) for j in jobs]
+    return [p for p, _ in started], [inbox for _, inbox in started], stop
+
+
+def start_worker(job: Job, outbox, stop):
+    """One chain's forked process and its inbox (a new one for a chain started again:
+    a process killed while reading may leave its old inbox locked)."""
     ctx = mp.get_context("fork")
-    stop = ctx.Event()
-    inboxes = [ctx.Queue() for _ in jobs]
-    procs = [ctx.Process(target=worker, args=(j, outbox, inboxes[i], stop), daemon=True,
-                         name=f"stochopt-chain-{j.index}") for i, j in enumerate(jobs)]
-    for p in procs:
-        p.start()
-    return procs, inboxes, stop
+    inbox = ctx.Queue()
+    proc = ctx.Process(target=worker, args=(job, outbox, inbox, stop), daemon=True,
+                       name=f"stochopt-chain-{job.index}")
+    proc.start()
+    return proc, inbox
 
 
 def load_checkpoint(run_dir: Path) -> dict:

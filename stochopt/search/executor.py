@@ -19,10 +19,11 @@ executor that restarts chains, ``("restarted", index, why)``.
 from __future__ import annotations
 
 import queue
+from dataclasses import replace
 from typing import Protocol
 
-from stochopt.search.checks import abandon
-from stochopt.search.driver import Job, start_workers
+from stochopt.search.checks import RESTARTS, abandon, exit_reason
+from stochopt.search.driver import Job, start_worker, start_workers
 
 
 class Executor(Protocol):
@@ -47,23 +48,62 @@ class Executor(Protocol):
 
 
 class LocalExecutor:
-    """One forked worker process per chain (stochopt/search/driver.py)."""
+    """One forked worker process per chain (stochopt/search/driver.py). A chain whose
+    process dies without saying it is done (the kernel's OOM killer, a stray kill) is
+    started again from the last state it sent, as the Ray executor does with an actor;
+    once the run is stopping it is counted as done, so the run never waits on it."""
 
     def __init__(self) -> None:
         self.procs: list = []
         self.inboxes: list = []
         self.outbox = None
         self.stop_event = None
+        self.jobs: list[Job] = []
+        self.last_state: dict[int, dict] = {}
+        self.done: set[int] = set()
+        self.restarts: dict[int, int] = {}
+        self.buffer: list[tuple] = []
 
     def start(self, jobs: list[Job], outbox) -> None:
+        self.jobs = list(jobs)
         self.procs, self.inboxes, self.stop_event = start_workers(jobs, outbox)
         self.outbox = outbox
 
     def get(self, timeout: float) -> tuple | None:
+        if self.buffer:
+            return self.buffer.pop(0)
+        # found dead before reading: a chain that ended normally had put its "done" on
+        # the queue before it exited, so if the queue then stays empty, none is coming
+        dead = [i for i, p in enumerate(self.procs) if i not in self.done and not p.is_alive()]
         try:
-            return self.outbox.get(timeout=timeout)
+            message = self.outbox.get(timeout=timeout)
         except queue.Empty:
-            return None
+            for index in dead:
+                self._lost(index)
+            return self.buffer.pop(0) if self.buffer else None
+        if message[0] == "state":
+            self.last_state[message[1]] = message[2]
+        elif message[0] == "done":
+            self.done.add(message[1])
+        return message
+
+    def _lost(self, index: int) -> None:
+        """A chain's process died without a word: start it again, or give it up."""
+        why = exit_reason(self.procs[index].exitcode)
+        tries = self.restarts.get(index, 0)
+        if self.stop_event.is_set() or tries >= RESTARTS:
+            self.done.add(index)
+            if not self.stop_event.is_set():
+                self.buffer.append(("error", index, f"its process died {tries + 1} times, "
+                                    f"the last time of {why}; the run goes on without it"))
+            self.buffer.append(("done", index))
+            return
+        self.restarts[index] = tries + 1
+        job = replace(self.jobs[index], state=self.last_state.get(index, self.jobs[index].state))
+        abandon([self.inboxes[index]])
+        self.procs[index], self.inboxes[index] = start_worker(job, self.outbox, self.stop_event)
+        self.buffer.append(("restarted", index, f"its process died ({why}); started again "
+                            "from its last state"))
 
     def send(self, index: int | None, message: tuple) -> None:
         for inbox in self.inboxes if index is None else [self.inboxes[index]]:

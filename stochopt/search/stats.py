@@ -39,7 +39,7 @@ class RunStats:
         self.notes: list[str] = []
         self.checking = 0      # candidates waiting for or under their full check
         self.fastest_found: int | None = None  # the fastest of them
-        self.restarts = 0      # chains restarted elsewhere after their node died (Ray)
+        self.restarts = 0      # chains started again after their process or node died
         self.start = start_line(run.get("tuning"))  # what the tuning database gave it
         self.llm_yield = LiveYield()   # per reply form: asked, well-typed, accepted, best
 

@@ -293,11 +293,15 @@ class _RunState:
                 self.executor.send(chain, reply)
         elif kind == "restart_due":  # the best, or another chain's state
             self.executor.send(*self.tempering.restart_point(message[1], self.restart_best))
-        elif kind == "restarted":  # its node died: the chain goes on elsewhere
+        elif kind == "restarted":  # its process or node died: it goes on from its last state
             _, chain, why = message
             t = round(self.stats.elapsed(), 4)
             self.log.write({"t": t, "event": "chain_restarted", "chain": chain, "why": why})
             self.stats.restarts += 1
+        elif kind == "worker_restarted":  # a check worker's process died and came back
+            _, worker, why = message
+            self.log.write({"t": round(self.stats.elapsed(), 4), "event": "worker_restarted",
+                            "worker": worker, "why": why})
         elif kind == "warmed":  # a worker's CPU seconds preparing the run's inputs
             self.recheck_s = max(self.recheck_s, message[2])
         elif kind in ("error", "check_error"):

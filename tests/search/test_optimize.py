@@ -171,6 +171,66 @@ def test_a_signal_stops_the_run_non_zero_with_a_resume_hint(tmp_path, signum):
     assert f"--resume {run_dir}" in " ".join(report.stdout.split())  # the note, unwrapped
 
 
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is pid (from /proc), oldest first."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and \
+                    int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(entry.name))
+        except (OSError, IndexError, ValueError):
+            continue  # ended meanwhile
+    return sorted(out)
+
+
+def _logged(run_dir: Path, event: str) -> bool:
+    try:
+        return f'"{event}"' in (run_dir / "events.jsonl").read_text()
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+def test_a_chain_killed_mid_run_starts_again_and_a_signal_to_the_group_stops_the_run(
+        tmp_path):
+    """A chain process that dies without a word (the OOM killer's SIGKILL) is started
+    again from its last state, and the run goes on; so is a check worker's process, its
+    candidate checked again. SIGTERM to the whole process group
+    (a service manager, `kill -- -PGID`) stops the run as SIGTERM to the main process
+    does: the workers ignore it and the main process stops them."""
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "stochopt", "optimize", SOFTMAX, "--budget",
+                             "10m", "--chains", "2", "--run-dir", str(run_dir), "--quiet"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env(), start_new_session=True)
+    try:
+        assert _wait_for(lambda: (run_dir / "events.jsonl").is_file()
+                         and (run_dir / "events.jsonl").stat().st_size > 0, 90)
+        first, *_, last = _children(proc.pid)  # chains start first, check workers last
+        os.kill(first, signal.SIGKILL)
+        assert _wait_for(lambda: _logged(run_dir, "chain_restarted"), 30)
+        os.kill(last, signal.SIGKILL)
+        assert _wait_for(lambda: _logged(run_dir, "worker_restarted"), 30)
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert "interrupted after" in out and "Traceback" not in err
+    state = json.loads((run_dir / "checkpoint.json").read_text())
+    assert state["stopped_by"] == "interrupted" and len(state["chains"]) == 2
+    restarts = [e for e in read_events(run_dir / "events.jsonl")
+                if e.get("event") == "chain_restarted"]
+    assert len(restarts) == 1 and "SIGKILL" in restarts[0]["why"]
+    report = subprocess.run([sys.executable, "-m", "stochopt", "report", str(run_dir)],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env())
+    notes = " ".join(report.stdout.split())
+    assert "1 chain restarted from its last state" in notes
+    assert "1 check worker started again" in notes
+
+
 @pytest.mark.slow
 def test_a_check_cut_by_the_budget_leaves_a_named_unproved_kernel(tmp_path):
     """A faster kernel whose full check cannot finish in the budget is not lost nor
