@@ -81,8 +81,9 @@ def slicing(ins: Sequence[TensorType], out: TensorType, attrs: dict,
 
 def joining(ins: Sequence[TensorType], out: TensorType, attrs: dict,
             axis: int) -> list[int | None]:
-    """A concat goes through every axis but the one it joins along: a pe concat joins
-    each block's parts, a concat of stored tiles (the output) each block's stores."""
+    """A pe concat goes through every axis but the one it joins along."""
+    if out.location != "pe":
+        raise NotTiled("tiling does not go through a concat of stored tiles")
     if attrs["axis"] % len(out.shape) == axis:
         raise NotTiled("it joins along the tiled axis")
     return [axis] * len(ins)

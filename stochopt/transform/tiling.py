@@ -28,15 +28,13 @@ TILE_COUNTS = (2, 4, 8)
 
 
 def where_tile_output(k: Kernel) -> list[tuple[int, int]]:
-    """(axis, tiles) for each axis of a kernel that returns a store, or stored parts
-    joined (store_parts), which are then cut along another axis. Cheap on purpose:
-    whether the work can be cut is found out by ``tile_output`` itself."""
+    """(axis, tiles) for each axis of a kernel that returns a single store. Cheap on
+    purpose: whether the work can be cut is found out by ``tile_output`` itself."""
     out = k.nodes[k.output]
-    if out.op not in ("store", "concat"):
+    if out.op != "store":
         return []
-    joined = out.attr("axis") % len(out.type.shape) if out.op == "concat" else None
     return [(axis, t) for axis, size in enumerate(out.type.shape) for t in TILE_COUNTS
-            if size % t == 0 and axis != joined]
+            if size % t == 0]
 
 
 def tile_output(k: Kernel, site: tuple[int, int], machine, rng=None) -> Kernel:

@@ -12,7 +12,6 @@ from stochopt.errors import ConstraintError
 from stochopt.leir import parse, render, typecheck
 from stochopt.lower import lower
 from stochopt.machine import MNCORE2, SMALL
-from stochopt.transform.plan import RULES_BY_NAME
 from stochopt.transform.tiling import tile_output, where_tile_output
 from stochopt.verify import check
 from tests.strategies import (
@@ -92,21 +91,10 @@ def test_reductions_tile_along_the_axes_they_keep():
         tile_output(kept, (0, 2), SMALL)
 
 
-def test_an_output_is_tiled_along_the_axes_its_stores_are_not_joined_on():
+def test_only_a_single_store_is_tiled():
     _, kernel = lowered("vector_add")
     assert where_tile_output(kernel) == [(0, 2), (0, 4), (0, 8)]
     assert where_tile_output(tile_output(kernel, (0, 2), MNCORE2)) == []
-    # rotary's halves stored apart (store_parts) are cut into row blocks, each joining
-    # its own two stores
-    spec, rotary = lowered("rotary")
-    parts = RULES_BY_NAME["store_parts"]
-    halves = parts.apply(rotary, parts.find(rotary)[0], MNCORE2, None)
-    assert halves.nodes[halves.output].op == "concat"
-    assert where_tile_output(halves) == [(0, 2), (0, 4), (0, 8)]
-    rows = tile_output(halves, (0, 2), MNCORE2)
-    out = rows.nodes[rows.output]
-    assert out.attr("axis") == 0 and [rows.nodes[i].op for i in out.args] == ["concat"] * 2
-    assert check(rows, spec, examples=8, baseline=rotary).equivalent
 
 
 def _tiling_keeps_values_or_refuses_clearly(kernel, data) -> None:
