@@ -128,8 +128,7 @@ def abandon(inboxes) -> None:
     (an exchange, a best) can fill a pipe, so the run printed its result and never
     exited."""
     for inbox in inboxes:
-        if inbox is not None:
-            inbox.cancel_join_thread()
+        inbox.cancel_join_thread()
 
 
 class MovableDeadline:
