@@ -68,16 +68,25 @@ class ChainConfig:
     lookahead_depth: int = 3
     lookahead_beam: int = 3
     lookahead_width: int = 8
+    # the second proposal of a chain that opened with the fixpoint: plans of up to
+    # escape_depth steps from it, searched breadth first by cycles alone (at most
+    # escape_kernels kernels made per escape, divided among the chains; 0: none), the
+    # fastest that passes screening taken and descended from (greedy.escape_and_descend)
+    escape_depth: int = 3
+    escape_kernels: int = 20000
 
 
 def check_search_config(config: ChainConfig) -> None:
     """A clear error for a ladder or a lookahead the search cannot run."""
     check_tempering(config.beta, config.hottest_beta, config.exchange_s,
                     config.restart_best_share)
-    for name in ("lookahead_depth", "lookahead_beam", "lookahead_width"):
+    for name in ("lookahead_depth", "lookahead_beam", "lookahead_width", "escape_depth"):
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 64:
             raise StochoptError(f"{name} must be an integer from 1 to 64, got {value!r}")
+    value = config.escape_kernels
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise StochoptError(f"escape_kernels must be an integer of 0 or more, got {value!r}")
 
 
 @dataclass

@@ -9,6 +9,7 @@ build one the same way.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -29,9 +30,12 @@ from stochopt.search.objective import Objective
 from stochopt.search.proposers import Bandit, ChainProposer
 from stochopt.search.values import CachedScreening
 from stochopt.spec import Spec
-from stochopt.transform.greedy import REDESCENTS, descend
+from stochopt.transform.greedy import REDESCENTS, descend, escape_and_descend
+from stochopt.transform.lookahead import kernel_key
 from stochopt.transform.plan import Step
 from stochopt.tuning.transfer import opening_starts
+
+ESCAPE_TIME = 0.2  # the share of the time left the opening's escape may take
 
 
 @dataclass
@@ -55,12 +59,15 @@ class ChainRun:
     def __init__(self, index: int, spec: Spec, baseline: Kernel, baseline_cycles: int,
                  start: Kernel, machine, arms: list[str], seed: int,
                  config: ChainConfig | None = None, llm=None,
-                 start_path: Sequence[Step] | None = ()) -> None:
+                 start_path: Sequence[Step] | None = (), chains: int = 1) -> None:
         """``start_path``: the plan from the run's start kernel to ``start`` (empty when
-        it is the run's start; None: unknown)."""
+        it is the run's start; None: unknown). ``chains``: how many chains the run has
+        (they divide each escape's first steps)."""
         config = config or ChainConfig()
         start_path = None if start_path is None else list(start_path)
         self.index, self.machine, self.config = index, machine, config
+        self.chains = max(1, chains)
+        self.escaped: set[tuple] = set()  # kernels (lookahead.kernel_key) escaped from
         screening = CachedScreening(spec, baseline, machine, config.screening_inputs, seed)
         self.objective = Objective(spec, baseline, baseline_cycles, machine, screening,
                                    config.lam)
@@ -98,10 +105,31 @@ class ChainRun:
                             deadline=self.checks.deadline) for start, _ in starts]
         best = min(range(len(starts)), key=lambda i: descents[i].cycles)
         steps = list(starts[best][1]) + descents[best].plan
+        if self.config.escape_kernels:
+            self.proposer.opening = self._escape  # the next proposal
         if starts[best][0] is not kernel:
             return Candidate("rewrite", "transfer", descents[best].kernel, steps=steps)
         return Candidate("rewrite", "fixpoint", descents[best].kernel, steps=steps) \
             if descents[best].steps else None
+
+    def _escape(self, kernel: Kernel) -> Candidate | None:
+        """The proposal after the opening's, and after a restart at a new best: from the
+        chain's current kernel, plans of up to ``escape_depth`` steps searched by cycles
+        alone, the fastest that keeps the screening inputs exact, and the descent again
+        from it (greedy.py ``escape_and_descend``). Chain i of n searches its nth of the
+        first steps, so the chains divide the work. It takes at most ESCAPE_TIME of the
+        time left. None when no plan is faster."""
+        self.escaped.add(kernel_key(kernel))
+        seed = self.seed if self.config.opening_seed is None else self.config.opening_seed
+        deadline = self.checks.deadline
+        if deadline is not None:
+            now = time.monotonic()
+            deadline = now + ESCAPE_TIME * max(0.0, deadline - now)
+        found = escape_and_descend(kernel, self.machine, self.objective.error, seed,
+                                   self.config.escape_depth, self.config.escape_kernels,
+                                   (self.index % self.chains, self.chains), deadline)
+        return Candidate("rewrite", "escape", found.kernel, steps=found.plan) \
+            if found.steps else None
 
     def _recost(self) -> None:
         """A full check refuted a kernel of this chain: its counterexample joined the
@@ -111,7 +139,9 @@ class ChainRun:
         counterexample now steers past that step (at most REDESCENTS times)."""
         self.chain.recost()
         opened = self.proposer.opened
-        if opened is None or self.reopened >= REDESCENTS or self.proposer.opening is not None \
+        # a pending escape would start from the refuted kernel: the descent goes first
+        if opened is None or self.reopened >= REDESCENTS \
+                or self.proposer.opening not in (None, self._escape) \
                 or self.objective.error(opened.kernel, 0.0) == 0:
             return
         self.reopened += 1
@@ -162,8 +192,14 @@ class ChainRun:
                 "cost": chain.current_cost, "cycles": chain.current_cycles}
 
     def restart_from(self, kernel: Kernel, path: list[Step] | None) -> None:
+        """Go on from this kernel. Back at a best kernel not escaped from before (the
+        chains found it after the opening), the next proposal is an escape from it."""
         self.chain.set_current(kernel, path)
         self.restarts.since_improvement = 0
+        if self.config.escape_kernels and self.proposer.opening is None and \
+                kernel_key(kernel) not in self.escaped and \
+                self.chain.current_cycles <= self.checks.best_cycles:
+            self.proposer.opening = self._escape
 
     # -- what the LLM proposer reads of the chain ---------------------------------------
     @property

@@ -88,7 +88,8 @@ def _work(job: Job, outbox, inbox, stop, parent, llm_gate=None) -> None:
         llm = LLMProposer.from_job(job, spec, machine, stop)
         llm.gate = llm_gate
     run = ChainRun(job.index, spec, baseline, cost(baseline, machine).cycles, start, machine,
-                   job.arms, job.seed, ChainConfig(**job.config), llm, start_path)
+                   job.arms, job.seed, ChainConfig(**job.config), llm, start_path,
+                   job.chains)
     run.checks.counterexample_dir = Path(job.run_dir) / COUNTEREXAMPLES
     run.checks.checks_elsewhere = job.checks_in_pool
     if job.state:

@@ -26,11 +26,14 @@ from stochopt.backend.cost import cost
 from stochopt.errors import StochoptError
 from stochopt.leir.ir import Kernel
 from stochopt.spec import Spec
+from stochopt.transform.lookahead import escape
 from stochopt.transform.plan import Step, every_step
 from stochopt.verify.check import check
 from stochopt.verify.screening import ScreeningSet
 
 REDESCENTS = 3  # descents made again after the full check refuted the last one
+ESCAPES = 3     # escapes from a fixpoint in a row (escape_and_descend)
+SCREENED = 8    # end points of one escape screened before it gives up
 
 
 @dataclass
@@ -110,6 +113,40 @@ def descend(kernel: Kernel, machine, screening_error: Callable[[Kernel], float],
         steps.append((step.rule, cycles))
         plan.append(step)
     return Descent(current, cycles, steps, candidates, plan)
+
+
+def escape_and_descend(kernel: Kernel, machine, screening_error: Callable[[Kernel], float],
+                       seed: int, depth: int = 3, limit: int = 20000,
+                       share: tuple[int, int] = (0, 1), deadline: float | None = None
+                       ) -> Descent:
+    """Past a fixpoint: the shortest plans faster than it of a breadth-first search by
+    cycles (lookahead.escape), the fastest of them that keeps the screening inputs
+    exact, then the descent again from it; again until an escape finds nothing faster
+    (at most ESCAPES times). The steps and the plan are those from ``kernel``; none when
+    no escape helped."""
+    current, current_cycles = kernel, cost(kernel, machine).cycles
+    steps: list[tuple[str, int]] = []
+    plan: list[Step] = []
+    tried = 0
+    for _ in range(ESCAPES):
+        end, made = None, 0
+        for ends, made_so_far in escape(current, machine, depth, limit, share, deadline):
+            made = made_so_far
+            end = next((e for e in ends[:SCREENED] if screening_error(e.kernel) == 0), None)
+            if end is not None:
+                break
+        tried += made
+        if end is None:
+            break
+        steps += [(s.rule, c) for s, c in zip(end.steps, end.along, strict=True)]
+        plan += end.steps
+        descent = descend(end.kernel, machine, screening_error, random.Random(seed),
+                          deadline=deadline)
+        current, current_cycles = descent.kernel, descent.cycles
+        steps += descent.steps
+        plan += descent.plan
+        tried += descent.candidates
+    return Descent(current, current_cycles, steps, tried, plan)
 
 
 def _cycles(out: Kernel | None | StochoptError, machine) -> int | None:

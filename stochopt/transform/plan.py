@@ -155,29 +155,44 @@ def replay_plan(kernel: Kernel, steps: Sequence[Step], machine) -> PlanResult:
 
 # -- every step, and one drawn at random ---------------------------------------------
 
-def every_step(kernel: Kernel, machine, rng: random.Random | None = None,
-               rules: Sequence[Rule] = RULES
-               ) -> Iterator[tuple[Step, Kernel | None | StochoptError]]:
-    """Every rule at every site, in RULES order: (the step, the kernel it makes, or None
-    where the rule declines, or the StochoptError that refused it). A rule with options
-    takes one drawn from ``rng`` (as the rule itself would draw it), or with no ``rng``
-    is tried once per option."""
+def all_steps(kernel: Kernel, machine, rng: random.Random | None = None,
+              rules: Sequence[Rule] = RULES) -> Iterator[tuple[Rule, Any, Step]]:
+    """Every rule at every site, in RULES order, not yet applied: (the rule, the site,
+    the step). A rule with options takes one drawn from ``rng`` (as the rule itself would
+    draw it), or with no ``rng`` is tried once per option; a site where it has no option
+    to take gives one step with option None (the rule declines there)."""
     for rule in rules:
         for index, site in enumerate(rule.find(kernel)):
             if rule.options is None:
-                chosen: list = [None]
-            else:
-                options = rule.options(kernel, site, machine)
-                chosen = options if rng is None else [rng.choice(options)] if options else []
-                if not chosen:
-                    yield Step(rule.name, index), None
-                    continue
+                yield rule, site, Step(rule.name, index)
+                continue
+            options = rule.options(kernel, site, machine)
+            chosen = options if rng is None else [rng.choice(options)] if options else []
+            if not chosen:
+                yield rule, site, Step(rule.name, index)
             for option in chosen:
-                try:
-                    out = apply_at(rule, kernel, site, option, machine)
-                except StochoptError as e:
-                    out = e
-                yield Step(rule.name, index, option), out
+                yield rule, site, Step(rule.name, index, option)
+
+
+def made_by(rule: Rule, kernel: Kernel, site: Any, step: Step, machine
+            ) -> Kernel | None | StochoptError:
+    """The kernel a step of all_steps makes: None where the rule declines, the
+    StochoptError where it refuses."""
+    if rule.options is not None and step.option is None:
+        return None
+    try:
+        return apply_at(rule, kernel, site, step.option, machine)
+    except StochoptError as e:
+        return e
+
+
+def every_step(kernel: Kernel, machine, rng: random.Random | None = None,
+               rules: Sequence[Rule] = RULES
+               ) -> Iterator[tuple[Step, Kernel | None | StochoptError]]:
+    """all_steps, each applied: (the step, the kernel it makes, or None where the rule
+    declines, or the StochoptError that refused it)."""
+    for rule, site, step in all_steps(kernel, machine, rng, rules):
+        yield step, made_by(rule, kernel, site, step, machine)
 
 
 def applicable(kernel: Kernel, rules: Sequence[Rule] = RULES) -> list[tuple[Rule, list]]:

@@ -26,9 +26,11 @@ def softmax():
 
 
 def make_chain(softmax, arms, seed=0, **config) -> ChainRun:
+    """A chain on softmax; its escapes (the proposal after the opening) made small, as
+    tests/transform/test_escape.py tests them whole."""
     spec, baseline = softmax
     return ChainRun(0, spec, baseline, cost(baseline).cycles, baseline, MNCORE2, arms, seed,
-                    ChainConfig(**config))
+                    ChainConfig(**{"escape_kernels": 300, **config}))
 
 
 def first_proposal(run: ChainRun):

@@ -113,7 +113,7 @@ def test_best_json_records_the_plan_that_replays_to_best_leir(tmp_path, softmax)
     run_dir = tmp_path / "run"
     optimize(str(ROOT / "specs" / "softmax.py"), budget="60s", chains=1, seed=0,
              proposer="rewrite", max_proposals=6, run_dir=str(run_dir), check_workers=0,
-             config=ChainConfig(full_examples=8))
+             config=ChainConfig(full_examples=8, escape_kernels=300))
     best = json.loads((run_dir / "best.json").read_text())
     assert best["plan_start"] == "lowering" and best["source"] == "search"
     kernel = parse((run_dir / "best.leir").read_text())
