@@ -68,10 +68,11 @@ class ChainConfig:
     lookahead_depth: int = 3
     lookahead_beam: int = 3
     lookahead_width: int = 8
-    # the second proposal of a chain that opened with the fixpoint: plans of up to
-    # escape_depth steps from it, searched breadth first by cycles alone (at most
-    # escape_kernels kernels made per escape, divided among the chains; 0: none), the
-    # fastest that passes screening taken and descended from (greedy.escape_and_descend)
+    # the proposal after the fixpoint's, and after a restart at a best kernel not escaped
+    # from: plans of up to escape_depth steps from it, searched breadth first by cycles
+    # alone (at most escape_kernels kernels made per escape, divided among the chains;
+    # 0: no escapes), the fastest that passes screening taken and descended from
+    # (greedy.escape_and_descend)
     escape_depth: int = 3
     escape_kernels: int = 20000
 

@@ -35,7 +35,7 @@ from stochopt.transform.lookahead import kernel_key
 from stochopt.transform.plan import Step
 from stochopt.tuning.transfer import opening_starts
 
-ESCAPE_TIME = 0.2  # the share of the time left the opening's escape may take
+ESCAPE_TIME = 0.2  # the share of the time left one escape may take
 
 
 @dataclass
