@@ -133,5 +133,5 @@ def real_run(tmp_path_factory):
 
     rd = tmp_path_factory.mktemp("real") / "softmax-run"
     result = optimize(str(SOFTMAX), budget="20s", chains=1, run_dir=str(rd), machine="small",
-                      max_proposals=25, config=ChainConfig(full_examples=10))
+                      max_proposals=25, config=ChainConfig(full_examples=10, escape_kernels=300))
     return rd, result

@@ -91,3 +91,22 @@ def test_a_chains_second_proposal_escapes_rmsnorms_fixpoint():
     off.checks.checks_elsewhere = True
     off.step()
     assert off.step()[0]["move"] != "escape"
+
+
+def test_fruitless_escapes_stop_at_their_share_of_the_chains_time(softmax, monkeypatch):
+    from stochopt.search import chain_run
+
+    descent, _ = softmax
+    spec = load_spec("specs/softmax.py")
+    baseline = lower(spec)
+    run = ChainRun(0, spec, baseline, cost(baseline, MNCORE2).cycles, baseline, MNCORE2,
+                   ["rewrite"], 0, ChainConfig(escape_kernels=50))
+    run.checks.deadline = run.made_at + 100.0
+    assert run._escape(descent.kernel) is None  # 50 kernels from the fixpoint: nothing
+    assert 0 < run.escape_seconds < chain_run.ESCAPE_TIME * 100.0
+    run.escape_seconds = chain_run.ESCAPE_TIME * 100.0  # the share is spent
+
+    def searched(*args, **kwargs):
+        raise AssertionError("an escape ran past its share of the time")
+    monkeypatch.setattr(chain_run, "escape_and_descend", searched)
+    assert run._escape(descent.kernel) is None

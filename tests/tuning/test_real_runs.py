@@ -25,7 +25,7 @@ from stochopt.tuning.store import TuningDB, kernel_sha256, sha256_text
 
 ROOT = Path(__file__).resolve().parents[2]
 SOFTMAX = str(ROOT / "specs" / "softmax.py")
-QUICK = ChainConfig(full_examples=20)
+QUICK = ChainConfig(full_examples=20, escape_kernels=300)  # escapes: tests/transform
 
 
 def cli(*args, timeout=180, **kwargs):
