@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from stochopt.leir.ir import Kernel
 from stochopt.leir.parser import parse
 from stochopt.leir.render import render
-from stochopt.rundir import BEST, CHECKING
+from stochopt.rundir import ACCEPTED, BEST, CHECKING
 from stochopt.search.chain import (
     Candidate,
     Chain,
@@ -120,9 +120,10 @@ class ChainRun:
         from it (greedy.py ``escape_and_descend``). Chain i of n searches its nth of the
         first steps, so the chains divide the work. The chain's escapes that found nothing
         take at most ESCAPE_TIME of its time, all together (on mla_decode one takes a
-        minute); one that found a faster kernel has paid for itself (on attention_scores
-        an escape from a new best, 1,167 cycles, found 1,139). None when no plan is faster
-        or that time is spent."""
+        minute), and so do those whose kernel the chain refused (step); one that found a
+        kernel the chain took has paid for itself (on attention_scores an escape from a
+        new best, 1,167 cycles, found 1,139). None when no plan is faster or that time is
+        spent."""
         self.escaped.add(kernel_key(kernel))
         seed = self.seed if self.config.opening_seed is None else self.config.opening_seed
         started = time.monotonic()
@@ -192,6 +193,9 @@ class ChainRun:
         improvements = self.checks.improvements
         out = self.chain.step()
         self.restarts.count(improved=self.checks.improvements != improvements)
+        event = out[0]
+        if event["move"] == "escape" and event["outcome"] not in (ACCEPTED, BEST, CHECKING):
+            self.escape_seconds += event["seconds"]  # it found nothing the chain could use
         return out
 
     def report(self) -> dict:

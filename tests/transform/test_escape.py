@@ -104,6 +104,13 @@ def test_fruitless_escapes_stop_at_their_share_of_the_chains_time(softmax, monke
     run.checks.deadline = run.made_at + 100.0
     assert run._escape(descent.kernel) is None  # 50 kernels from the fixpoint: nothing
     assert 0 < run.escape_seconds < chain_run.ESCAPE_TIME * 100.0
+    # an escape whose kernel the chain refused is charged; one it took is not
+    for outcome, charged in (("wrong", 3.0), ("accepted", 0.0), ("checking", 0.0)):
+        spent = run.escape_seconds
+        event = {"move": "escape", "outcome": outcome, "seconds": 3.0}
+        monkeypatch.setattr(run.chain, "step", lambda event=event: (event, None, None))
+        run.step()
+        assert run.escape_seconds == spent + charged
     run.escape_seconds = chain_run.ESCAPE_TIME * 100.0  # the share is spent
 
     def searched(*args, **kwargs):
