@@ -96,14 +96,14 @@ class ChainRun:
         as greedy's is (``ChainConfig.opening_seed``): in a run with seed s every chain
         descends as greedy with seed s does. It stops at the chain's deadline with the
         steps taken; None if no rule helps."""
-        seed = self.seed if self.config.opening_seed is None else self.config.opening_seed
         # with plans that won on similar specs, the descent also starts from their best
         # replay (stochopt/tuning/transfer.py); the faster result is proposed, with the
         # plan from the kernel to it (the replay's steps, then the descent's)
         starts = opening_starts(kernel, self.config.seed_plans, self.index, self.machine,
                                 self.objective.error)
-        descents = [descend(start, self.machine, self.objective.error, random.Random(seed),
-                            deadline=self.checks.deadline) for start, _ in starts]
+        descents = [descend(start, self.machine, self.objective.error,
+                            random.Random(self.opening_seed), deadline=self.checks.deadline)
+                    for start, _ in starts]
         best = min(range(len(starts)), key=lambda i: descents[i].cycles)
         steps = list(starts[best][1]) + descents[best].plan
         if self.config.escape_kernels:
@@ -112,6 +112,11 @@ class ChainRun:
             return Candidate("rewrite", "transfer", descents[best].kernel, steps=steps)
         return Candidate("rewrite", "fixpoint", descents[best].kernel, steps=steps) \
             if descents[best].steps else None
+
+    @property
+    def opening_seed(self) -> int:
+        """The seed of the descents' draws: the run's, unless ChainConfig names one."""
+        return self.seed if self.config.opening_seed is None else self.config.opening_seed
 
     def _escape(self, kernel: Kernel) -> Candidate | None:
         """The proposal after the opening's, and after a restart at a new best: from the
@@ -125,7 +130,6 @@ class ChainRun:
         new best, 1,167 cycles, found 1,139). None when no plan is faster or that time is
         spent."""
         self.escaped.add(kernel_key(kernel))
-        seed = self.seed if self.config.opening_seed is None else self.config.opening_seed
         started = time.monotonic()
         deadline = self.checks.deadline
         if deadline is not None:
@@ -133,7 +137,8 @@ class ChainRun:
             if allowance <= 0:
                 return None
             deadline = min(deadline, started + allowance)
-        found = escape_and_descend(kernel, self.machine, self.objective.error, seed,
+        found = escape_and_descend(kernel, self.machine, self.objective.error,
+                                   self.opening_seed,
                                    self.config.escape_depth, self.config.escape_kernels,
                                    (self.index % self.chains, self.chains), deadline)
         if not found.steps:

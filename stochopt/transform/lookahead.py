@@ -227,8 +227,8 @@ def escape(kernel: Kernel, machine, depth: int = 3, limit: int = 20000,
                     yield _fastest(below, start), made
                     return
                 made += 1
-                out = made_by(rule, parent.kernel, site, step, machine)
-                if out is None or isinstance(out, StochoptError):
+                out = _made(rule, parent.kernel, site, step, machine)
+                if out is None:
                     continue
                 key = kernel_key(out)
                 if key in seen:
