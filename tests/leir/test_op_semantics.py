@@ -358,3 +358,22 @@ def test_bf16_reduce_sum_rounds_at_every_level_but_exact_mode_does_not():
     native, exact = _one(text, x=x)
     assert float(native[0]) == 256.0
     assert float(exact[0]) == 258.0
+
+
+def test_a_matmul_with_a_subnormal_operand_sums_in_float64_and_rounds_once():
+    # BLAS's float32 kernels slow down 50-100x on subnormal operands: the native rule
+    # sums those in float64, rounded once; other operands take float32's own sums
+    text = '''def kernel(a: "f32[1,4] @ dram", b: "f32[4,1] @ dram") -> "f32[1,1] @ dram":
+    return store(matmul(load(a, "(1,4)/((1),(4))"), load(b, "(4,1)/((4),(1))")))
+'''
+    ones = np.ones((4, 1), np.float32)
+    tiny = np.float32(1e-40)  # subnormal in float32
+    assert 0 < tiny < np.finfo(np.float32).tiny
+    a = np.array([[2.0**24, 1.0, 1.0, tiny]], np.float32)
+    native, exact = _one(text, a=a, b=ones)
+    # float32 sums would lose both ones (2^24 + 1 is a tie, to even): float64 keeps them
+    assert native.dtype == np.float32 and float(native[0, 0]) == 2.0**24 + 2
+    assert float(exact[0, 0]) == 2.0**24 + 2 + float(tiny)
+    normal = np.array([[2.0**24, 1.0, 1.0, 2.0**-100]], np.float32)
+    native, _ = _one(text, a=normal, b=ones)
+    np.testing.assert_array_equal(native, np.matmul(normal, ones))
