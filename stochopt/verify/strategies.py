@@ -316,6 +316,12 @@ def representable(x: np.ndarray, dtype: str, lo: float, hi: float) -> np.ndarray
     if dtype == "i32":
         return np.clip(np.rint(x), lo, hi).astype(native)
     y = cast(x, native)
+    if x.size == 0:
+        return y
+    # rounding is monotone: no element rounds past where the largest and smallest round
+    top, bottom = cast(np.array([np.max(x), np.min(x)], x.dtype), native).astype(np.float64)
+    if top <= hi and bottom >= lo:
+        return y
     back = cast(y, np.float64)
     # rounding may step just outside the range: step back towards the inside
     too_high, too_low = back > hi, back < lo
