@@ -3,10 +3,9 @@
 Native mode keeps every value in its dtype: bf16 through ml_dtypes, f32 math in
 float32, matmul accumulating in f32; an op whose machine numerics differ from that (the
 bf16 sum's pairwise tree, a matmul of subnormal operands) says so in its op table entry
-(``Op.native``). Exact mode runs
-everything in float64 with no rounding, so the verifier can tell wrong math from
-rounding. Nothing is kept between calls (node_values.py keeps values for callers that
-emulate many kernels on the same inputs).
+(``Op.native``). Exact mode runs everything in float64 with no rounding, so the
+verifier can tell wrong math from rounding. Nothing is kept between calls
+(node_values.py keeps values for callers that emulate many kernels on the same inputs).
 """
 
 from __future__ import annotations
