@@ -380,13 +380,30 @@ def slice_rule(op, ins, attrs, machine, names) -> TensorType:
     axes = list(lay.axes)
     for axis, (lo, hi) in enumerate(bounds):
         if (lo, hi) != (0, x.shape[axis]):
-            if lay.axis_levels(axis):
-                raise ConstraintError(
-                    f"slice of axis {axis}, which is spread over "
-                    f"{', '.join(sorted(lay.axis_levels(axis)))}",
-                    hint="slice the dram tensor before load(), or relayout so the axis is local")
-            axes[axis] = (Factor(hi - lo),)
+            axes[axis] = _sliced_factors(lay.axes[axis], x.shape[axis], lo, hi, axis)
     return TensorType(x.dtype, shape, "pe", make_layout(shape, axes, lay.replicated))
+
+
+def _sliced_factors(factors: tuple[Factor, ...], size: int, lo: int, hi: int,
+                   axis: int) -> tuple[Factor, ...]:
+    """The factors of axis ``axis`` cut to lo:hi. A local axis keeps its kept extent. A
+    spread axis may be cut only in whole blocks of its outermost factor, when that
+    factor is local: every PE then holds the same blocks of the kept rows, so the slice
+    is a local copy and the spread factors inside stay as they were."""
+    levels = sorted({f.level for f in factors if f.level})
+    if not levels:
+        return (Factor(hi - lo),)
+    outer = factors[0]
+    block = size // outer.size
+    if outer.level is None and lo % block == 0 and hi % block == 0:
+        kept = (hi - lo) // block
+        return ((Factor(kept),) if kept > 1 else ()) + factors[1:]
+    raise ConstraintError(
+        f"slice of axis {axis}, which is spread over {', '.join(levels)}"
+        + (f": {lo}:{hi} does not keep whole blocks of {block} (its outermost local "
+           f"factor is {outer.size})" if outer.level is None else ""),
+        hint="slice the dram tensor before load(), relayout so the axis is local, or "
+             "give the axis an outermost local factor whose blocks the slice keeps whole")
 
 
 def concat_rule(op, ins, attrs, machine, names) -> TensorType:

@@ -78,6 +78,10 @@ CASES = [
     ("slice-of-spread-axis", F, [LOAD_X, "z = xs[0:4, :]"],
      "slice of axis 0, which is spread over L2B, MAB", "slice the dram tensor before load()",
      "xs[0:4, :]"),
+    ("slice-of-part-of-a-block", F,
+     ['xs = load(x, "(8,16)/((2,4_MAB),(16))")', "z = xs[0:2, :]"],
+     "slice of axis 0, which is spread over MAB: 0:2 does not keep whole blocks of 4",
+     "outermost local factor whose blocks the slice keeps whole", "xs[0:2, :]"),
     ("slice-out-of-range", F, [LOAD_X, "z = xs[:, 4:20]"],
      "slice 4:20 of axis 1 is out of range 0..16", "non-empty", "xs[:, 4:20]"),
     ("slice-empty", F, [LOAD_X, "z = xs[:, 4:4]"],
@@ -280,3 +284,18 @@ def test_stored_tiles_joined_in_dram_are_the_kernels_output():
 def test_only_stored_tiles_join_in_dram(body, message):
     with pytest.raises(StochoptError, match=message):
         parse(kernel_text(F, body), "small")
+
+
+def test_a_spread_axis_slices_in_whole_blocks_of_its_outermost_local_factor():
+    """Each PE holds the same blocks of its rows, so keeping whole blocks is a local copy:
+    the piece keeps the factors inside the block."""
+    import numpy as np
+
+    from stochopt.backend.emulate import emulate
+
+    k = parse(kernel_text(F, ['xs = load(x, "(8,16)/((2,4_MAB),(16))")', "z = xs[4:8, 2:10]",
+                              "return store(z)"], out="f32[4,8]"), "small")
+    z = next(n for n in k.nodes if n.op == "slice")
+    assert str(z.type.layout) == "(4,8)/((4_MAB),(8))"
+    x = np.arange(128, dtype=np.float32).reshape(8, 16)
+    assert np.array_equal(emulate(k, {"x": x}), x[4:8, 2:10])
