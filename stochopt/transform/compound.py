@@ -57,6 +57,8 @@ FOLLOW_UPS: dict[str, tuple[str, ...]] = {
     "split_k_to_batch": ("propagate_layout", "spread_over_more_of_the_tree", "list_schedule"),
     "swap_matmul_orientation": ("cancel_transposes", "hoist_movement", "propagate_layout"),
     "store_parts": ("spread_over_more_of_the_tree", "list_schedule"),
+    # one load for the pieces: spread the pieces' layouts again, then reorder
+    "load_slices_together": ("spread_over_more_of_the_tree", "list_schedule"),
     "reuse_loaded_tensor": ("list_schedule",),
 }
 

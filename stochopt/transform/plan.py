@@ -349,6 +349,8 @@ def describe_site(kernel: Kernel, rule: str, site: Any, names: list[str] | None 
     if rule == "split_matmul_operand_hi_lo":
         node, side = site
         return f"`{_node_text(kernel, node, names)}`, operand {side}"
+    if rule == "load_slices_together":
+        return " and ".join(f"`{_node_text(kernel, i, names)}`" for i in site)
     if rule == "relayout_instead_of_reload":
         _, node = site
         return f"`{_node_text(kernel, node, names)}`"

@@ -32,6 +32,7 @@ from stochopt.transform.layout_propagation import (
     where_load_in_longer_runs,
     where_propagate_layout,
 )
+from stochopt.transform.load_merging import load_slices_together, where_load_slices_together
 from stochopt.transform.local_rules import ARITHMETIC, DTYPES, MOVEMENT
 from stochopt.transform.pattern import PatternMatcher, Rule
 from stochopt.transform.reduce_tiling import tile_reduction, where_tile_reduction
@@ -199,6 +200,9 @@ RULES: list[Rule] = [
     Rule("relayout_instead_of_reload", "load(x, B) after load(x, A) -> relayout(load(x, A), B): "
       "DRAM is read once, the second copy moves on chip",
          _where_relayout_instead_of_reload, relayout_instead_of_reload),
+    Rule("load_slices_together", "load(x[a:b]), load(x[b:c]), ... -> one load(x[a:c]) "
+      "sliced on chip in whole blocks: fewer DMA transfers, each paying its issue cycles once",
+         where_load_slices_together, load_slices_together),
     Rule("store_parts", "store(concat([a, b, ...], axis)) -> concat([store(a), store(b), "
       "...], axis): each part is stored in its region of the output; no local copy, and "
       "the parts may then be spread along the axis",

@@ -16,7 +16,8 @@ from tests.strategies import assert_same_exact_values, kernels
 
 WHOLE_KERNEL_RULES = ("tile_reduction", "propagate_layout", "swap_matmul_orientation",
                       "cancel_transposes", "split_k_to_batch", "reduce_by_relayout",
-                      "split_matmul_operand_hi_lo", "list_schedule", "scale_before_matmul")
+                      "split_matmul_operand_hi_lo", "list_schedule", "scale_before_matmul",
+                      "load_slices_together")
 
 
 @pytest.mark.slow  # the full count; the fast tier runs the same property on 15 below
