@@ -20,7 +20,7 @@ from stochopt.errors import StochoptError
 from stochopt.leir.ir import Kernel, Node
 from stochopt.leir.layout import LEVELS, Factor, Layout
 from stochopt.leir.ops import layout_ops
-from stochopt.leir.rules import make_layout
+from stochopt.leir.rules import canonical_axes, make_layout
 from stochopt.transform import algebraic_forms as forms
 from stochopt.transform.edit import common_subexpressions, rebuild, with_layout
 from stochopt.transform.layout_propagation import (
@@ -127,12 +127,35 @@ def _spread_layout(lay: Layout, ref_axis: tuple, neg_axis: int, j: int, level: s
     if lay.shape[axis] == 1:
         return make_layout(lay.shape, lay.axes, lay.replicated | {level}) \
             if level not in lay.spread() else None
-    if lay.axes[axis] != ref_axis or level in lay.spread() or level in lay.replicated:
+    if level in lay.spread() or level in lay.replicated:
         return None
-    axes = [list(a) for a in lay.axes]
-    size = axes[axis][j].size
-    axes[axis][j:j + 1] = [Factor(d, level), Factor(size // d)]
+    blocks = _blocks_of(lay.axes[axis], ref_axis)
+    if blocks is None:
+        return None
+    factors = list(ref_axis)
+    size = factors[j].size
+    factors[j:j + 1] = [Factor(d, level), Factor(size // d)]
+    axes = list(lay.axes)
+    axes[axis] = (Factor(blocks),) + tuple(factors)  # canonical: merged if both local
     return make_layout(lay.shape, axes, lay.replicated)
+
+
+def _blocks_of(factors: tuple[Factor, ...], ref_axis: tuple[Factor, ...]) -> int | None:
+    """How many blocks laid out as ``ref_axis`` an axis with these factors holds, one
+    after another under a local outermost factor (1: the axis is laid out alike), or
+    None. A load of several slices (load_slices_together) holds its pieces so; its
+    layout spreads with theirs, so its pieces stay whole blocks."""
+    if factors == ref_axis:
+        return 1
+    if not factors or factors[0].level is not None:
+        return None
+    outer = factors[0].size
+    for blocks in range(2, outer + 1):
+        if outer % blocks == 0:
+            inner = (Factor(outer // blocks),) if outer > blocks else ()
+            if canonical_axes([inner + factors[1:]])[0] == ref_axis:
+                return blocks
+    return None
 
 
 def _where_spread_over_more_of_the_tree(k: Kernel) -> list:

@@ -7,6 +7,7 @@ from stochopt.backend.emulate import emulate, random_inputs
 from stochopt.leir import parse
 from stochopt.machine import MNCORE2
 from stochopt.transform.load_merging import load_slices_together, where_load_slices_together
+from stochopt.transform.rewrite import RULES
 
 ROWS = "(256,64)/((8_L2B,8_L1B,4_MAB),(2_PE,32))"
 
@@ -61,3 +62,21 @@ def k(x: "f32[64,16] @ dram") -> "f32[16,16] @ dram":
     inputs = random_inputs(kernel, seed=1)
     np.testing.assert_array_equal(emulate(out, inputs, exact=True),
                                   emulate(kernel, inputs, exact=True))
+
+
+def test_the_merged_load_spreads_with_its_pieces():
+    """spread_over_more_of_the_tree on a piece's layout spreads the merged load inside
+    its blocks, so the pieces stay whole blocks: greedy's order (merge, then spread)
+    reaches the kernel above."""
+    local = "(256,64)/((8_L2B,8_L1B,4_MAB),(64))"
+    kernel = parse(ROTARY.replace(ROWS, local), MNCORE2)
+    merged = load_slices_together(kernel, where_load_slices_together(kernel)[0], MNCORE2)
+    assert str(next(n for n in merged.nodes if n.op == "load").attr("layout")) == \
+        "(256,128)/((8_L2B,8_L1B,4_MAB),(128))"
+    cos = next(i for i, n in enumerate(merged.nodes) if n.name == "c")
+    rule = next(r for r in RULES if r.name == "spread_over_more_of_the_tree")
+    site = next(s for s in rule.find(merged) if s[0] == cos and s[1] == -1 and s[3] == "PE")
+    out = rule.apply(merged, site, MNCORE2, option=2)
+    assert [str(n.attr("layout")) for n in out.nodes if n.op == "load"] == \
+        ["(256,128)/((8_L2B,8_L1B,4_MAB),(2,2_PE,32))", ROWS, ROWS]
+    assert cost(out, MNCORE2).cycles == 1176
