@@ -35,6 +35,8 @@ FOLLOW_UPS: dict[str, tuple[str, ...]] = {
     "tile_reduction": ("propagate_layout", "fold_relayout_into_load", "list_schedule"),
     # blocks of the output: spread each block's work, then issue loads ahead
     "tile_output": ("spread_over_more_of_the_tree", "list_schedule"),
+    # a tile cut in two: its loads go ahead of the work around it
+    "split_stored_tile": ("list_schedule",),
     # a hi/lo split: move its casts towards the matmul, where bf16 operands pay off
     "split_matmul_operand_hi_lo": ("hoist_movement", "hoist_movement",
                                    "bf16_matmul_operands", "drop_widening_cast_pair"),
@@ -69,7 +71,7 @@ COMPOUND_WEIGHTS = {"follow_ups": 2.0, "connected_2": 1.0, "connected_3": 1.0,
 HEAD_ATTEMPTS = 4  # first steps drawn before a compound move counts as refused
 
 # rules whose site is the whole kernel: every site of theirs is connected
-WHOLE_KERNEL = frozenset({"tile_output", "list_schedule"})
+WHOLE_KERNEL = frozenset({"tile_output", "split_stored_tile", "list_schedule"})
 # rules whose site is a tuple led by something other than the node it rewrites
 SITE_NODE_AT = {"propagate_layout": 1}
 
@@ -82,7 +84,7 @@ def site_nodes(rule: str, site: Any) -> set[int] | None:
         return {site.root} | {v for v in site.bindings.values() if isinstance(v, int)}
     if isinstance(site, int):
         return {site}
-    if rule == "relayout_instead_of_reload":
+    if rule in ("relayout_instead_of_reload", "load_slices_together"):
         return set(site)
     return {site[SITE_NODE_AT.get(rule, 0)]}
 

@@ -328,6 +328,9 @@ def describe_site(kernel: Kernel, rule: str, site: Any, names: list[str] | None 
     names = names or value_names(kernel)
     if isinstance(site, Match):
         return f"`{_node_text(kernel, site.root, names)}`"
+    if rule == "split_stored_tile":
+        store = kernel.nodes[kernel.output].args[site]
+        return f"stored tile {site} of the output (`{_node_text(kernel, store, names)}`), in 2"
     if isinstance(site, int):
         return f"`{_node_text(kernel, site, names)}`"
     if rule == "tile_output":

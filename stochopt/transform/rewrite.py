@@ -37,7 +37,12 @@ from stochopt.transform.local_rules import ARITHMETIC, DTYPES, MOVEMENT
 from stochopt.transform.pattern import PatternMatcher, Rule
 from stochopt.transform.reduce_tiling import tile_reduction, where_tile_reduction
 from stochopt.transform.schedule import schedule
-from stochopt.transform.tiling import tile_output, where_tile_output
+from stochopt.transform.tiling import (
+    split_stored_tile,
+    tile_output,
+    where_split_stored_tile,
+    where_tile_output,
+)
 
 MATCHER = PatternMatcher(MOVEMENT + DTYPES + ARITHMETIC)
 LOCAL = MATCHER.rules()
@@ -252,6 +257,10 @@ RULES: list[Rule] = [
       "output along an axis into 2, 4 or 8 blocks, each loaded, computed and stored on its "
       "own, the next block's loads issued ahead; shared values computed once",
          where_tile_output, tile_output),
+    Rule("split_stored_tile", "concat([.., store(f(x[tile])), ..]) -> concat([.., "
+      "store(f(x[half 1])), store(f(x[half 2])), ..]): one stored tile cut in two, so "
+      "tiles may differ in size (the last one peeled off) and 2 tiles become 3 or 4",
+         where_split_stored_tile, split_stored_tile),
     Rule("tile_reduction", "reduce(f(x), a) -> combine(reduce(f(x[tile t]), a) for t in "
       "tiles), a @ b -> sum(a[:, tile t] @ b[tile t]): cut a reduced axis into 2, 4 or 8 "
       "tiles through the whole kernel (flash-decoding), partial sums, maxima and matmuls "

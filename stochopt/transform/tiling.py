@@ -22,7 +22,7 @@ from stochopt.leir.ir import Kernel, Node, op_of
 from stochopt.leir.layout import Factor, Layout
 from stochopt.leir.rules import Const, make_layout
 from stochopt.leir.tiling_rules import WHOLE, NotTiled
-from stochopt.transform.edit import rebuild
+from stochopt.transform.edit import rebuild, remap
 
 TILE_COUNTS = (2, 4, 8)
 
@@ -78,23 +78,77 @@ def tile_output(k: Kernel, site: tuple[int, int], machine, rng=None) -> Kernel:
     return rebuild(k, nodes, len(nodes) - 1, machine)
 
 
+def where_split_stored_tile(k: Kernel) -> list[int]:
+    """The stored tiles of a tiled output (a concat of stores) that cut in two along
+    the concat's axis: their places in the concat."""
+    out = k.nodes[k.output]
+    if out.op != "concat" or out.type.location != "dram":
+        return []
+    axis = out.attr("axis") % len(out.type.shape)
+    return [t for t, s in enumerate(out.args)
+            if k.nodes[s].op == "store" and k.nodes[s].type.shape[axis] % 2 == 0]
+
+
+def split_stored_tile(k: Kernel, site: int, machine, rng=None) -> Kernel:
+    """concat([.., store(f(x[tile t])), ..]) -> concat([.., store(f(x[first half])),
+    store(f(x[second half])), ..]): tile_output applied to one stored tile, so tiles
+    become smaller where they pay (the last tile peeled off, 2 tiles made 3 or 4). What
+    the tile reads whole stays where it is; the halves go where the tile's store was."""
+    out = k.nodes[k.output]
+    axis = out.attr("axis") % len(out.type.shape)
+    store = out.args[site]
+    what = f"stored tile {site}"
+    tax = _tiled_axes(k, axis, root=store, what=what)
+    nodes = list(k.nodes[:store + 1])  # every node the tile reads whole comes before it
+    placed: list[dict[int, int]] = [{}, {}]
+    for i, ax in tax.items():
+        if ax is WHOLE:
+            placed[0][i] = placed[1][i] = i
+    loads = [i for i in sorted(tax) if tax[i] is not WHOLE and k.nodes[i].op == "load"]
+    work = [i for i in sorted(tax) if tax[i] is not WHOLE and k.nodes[i].op != "load"]
+    attrs = {i: tuple(tile_attrs(k, i, tax[i], 2, what).items()) for i in loads + work}
+    for t, i in [(t, i) for t in (0, 1) for i in loads] + [(t, i) for t in (0, 1) for i in work]:
+        n = k.nodes[i]
+        if n.op == "load":
+            whole = {a: a for a in range(len(k.nodes))}  # DRAM values: the kernel's own
+            nodes.append(dram_slice(k, i, tax[i], 2, t, whole, what))
+            n = replace(n, args=(len(nodes) - 1,))
+        else:
+            n = strict_remap(n, placed[t])
+        placed[t][i] = len(nodes)
+        nodes.append(replace(n, attrs=attrs[i], name=f"{n.name}_{t}" if n.name else ""))
+    halves = (placed[0][store], placed[1][store])
+    start = len(nodes)
+    shift = start - (store + 1)  # the nodes after the tile's store move past the halves
+    for n in k.nodes[store + 1:]:
+        nodes.append(remap(n, {j: j + shift for j in range(store + 1, len(k.nodes))}))
+    output = k.output + shift
+    moved = [a if a <= store else a + shift for a in out.args]
+    nodes[output] = out.replaced(args=tuple(moved[:site]) + halves + tuple(moved[site + 1:]))
+    return rebuild(k, nodes, output, machine)
+
+
 # -- which axis of each value the output's axis runs along ----------------------------
 
-def _tiled_axes(k: Kernel, axis: int) -> dict[int, int | None]:
-    """For every node the output needs (but the DRAM values its loads read): the axis
-    that follows the output's tiled axis, or WHOLE when the node does not vary along it."""
-    tax: dict[int, int | None] = {k.output: axis}
-    for i in range(k.output, -1, -1):
+def _tiled_axes(k: Kernel, axis: int, root: int | None = None,
+                what: str = "the output") -> dict[int, int | None]:
+    """For every node ``root`` (the output) needs (but the DRAM values its loads read):
+    the axis that follows root's tiled axis, or WHOLE when the node does not vary along
+    it."""
+    root = k.output if root is None else root
+    tax: dict[int, int | None] = {root: axis}
+    for i in range(root, -1, -1):
         if i not in tax:
             continue
-        for j, ax in _input_axes(k, i, tax[i]):
+        for j, ax in _input_axes(k, i, tax[i], what):
             if tax.get(j, ax) != ax:
-                raise refuse(k, j, "it is needed both whole and in tiles")
+                raise refuse(k, j, "it is needed both whole and in tiles", what)
             tax[j] = ax
     return tax
 
 
-def _input_axes(k: Kernel, i: int, ax: int | None) -> list[tuple[int, int | None]]:
+def _input_axes(k: Kernel, i: int, ax: int | None,
+                what: str = "the output") -> list[tuple[int, int | None]]:
     """(operand, its axis or WHOLE) for each tensor operand of node i, by the op's tiling
     rule (leir/tiling_rules.py); what does not vary along the axis needs all of its own."""
     n = k.nodes[i]
@@ -104,7 +158,7 @@ def _input_axes(k: Kernel, i: int, ax: int | None) -> list[tuple[int, int | None
     try:
         axes = op_of(n.op).tiling([k.nodes[j].type for j in ins], n.type, dict(n.attrs), ax)
     except NotTiled as e:
-        raise refuse(k, i, str(e)) from None
+        raise refuse(k, i, str(e), what) from None
     if not axes:  # the op makes each block's value itself (load, full): nothing to follow
         return []
     return list(zip(ins, axes, strict=True))

@@ -2,7 +2,7 @@
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from stochopt import load_spec
@@ -12,7 +12,12 @@ from stochopt.errors import ConstraintError
 from stochopt.leir import parse, render, typecheck
 from stochopt.lower import lower
 from stochopt.machine import MNCORE2, SMALL
-from stochopt.transform.tiling import tile_output, where_tile_output
+from stochopt.transform.tiling import (
+    split_stored_tile,
+    tile_output,
+    where_split_stored_tile,
+    where_tile_output,
+)
 from stochopt.verify import check
 from tests.strategies import (
     assert_transform_keeps_values_or_refuses,
@@ -113,3 +118,40 @@ def test_tiling_any_kernel_computes_the_same_values_or_refuses_clearly(kernel, d
 @given(kernel=kernels(max_ops=10), data=st.data())
 def test_tiling_any_kernel_keeps_values_or_refuses_quick(kernel, data):
     _tiling_keeps_values_or_refuses_clearly(kernel, data)
+
+
+def test_a_stored_tile_splits_in_two_so_tiles_may_differ_in_size():
+    spec, kernel = lowered("matmul")
+    two = tile_output(kernel, (0, 2), MNCORE2)
+    assert where_split_stored_tile(two) == [0, 1]
+    three = split_stored_tile(two, 1, MNCORE2)  # the last tile peeled into two
+    stores = [three.nodes[s] for s in three.nodes[three.output].args]
+    assert [s.type.shape for s in stores] == [(128, 256), (64, 256), (64, 256)]
+    assert typecheck(three, MNCORE2) == three and parse(render(three)) == three
+    assert check(three, spec, examples=3, seed=0, machine=MNCORE2, baseline=kernel).equivalent
+    # split again: four tiles of 64 rows, the same rows tile_output gives in one step
+    four = split_stored_tile(three, 0, MNCORE2)
+    rows = [four.nodes[four.nodes[s].args[0]] for s in four.nodes[four.output].args]
+    assert [r.type.shape for r in rows] == [(64, 256)] * 4
+    direct = tile_output(kernel, (0, 4), MNCORE2)
+    x = {"a": np.linspace(-2, 2, 256 * 512, dtype=np.float32).reshape(256, 512),
+         "b": np.linspace(2, -2, 512 * 256, dtype=np.float32).reshape(512, 256)}
+    assert np.array_equal(emulate(four, x, exact=True), emulate(direct, x, exact=True))
+
+
+def _split_keeps_values_or_refuses_clearly(kernel, data) -> None:
+    sites = where_tile_output(kernel)
+    assume(sites)
+    try:
+        tiled = tile_output(kernel, data.draw(st.sampled_from(sites)), SMALL)
+    except ConstraintError:
+        assume(False)
+    assert_transform_keeps_values_or_refuses(tiled, data, where_split_stored_tile,
+                                             split_stored_tile, "cannot tile stored tile",
+                                             1e-12)
+
+
+@settings(max_examples=10, deadline=None)
+@given(kernel=kernels(max_ops=10), data=st.data())
+def test_splitting_a_stored_tile_of_any_kernel_keeps_values_or_refuses_quick(kernel, data):
+    _split_keeps_values_or_refuses_clearly(kernel, data)
