@@ -107,21 +107,20 @@ def split_stored_tile(k: Kernel, site: int, machine, rng=None) -> Kernel:
     loads = [i for i in sorted(tax) if tax[i] is not WHOLE and k.nodes[i].op == "load"]
     work = [i for i in sorted(tax) if tax[i] is not WHOLE and k.nodes[i].op != "load"]
     attrs = {i: tuple(tile_attrs(k, i, tax[i], 2, what).items()) for i in loads + work}
+    inputs = {i: i for i, n in enumerate(k.nodes) if n.op == "input"}  # they stay put
     for t, i in [(t, i) for t in (0, 1) for i in loads] + [(t, i) for t in (0, 1) for i in work]:
         n = k.nodes[i]
         if n.op == "load":
-            whole = {a: a for a in range(len(k.nodes))}  # DRAM values: the kernel's own
-            nodes.append(dram_slice(k, i, tax[i], 2, t, whole, what))
+            nodes.append(dram_slice(k, i, tax[i], 2, t, inputs, what))
             n = replace(n, args=(len(nodes) - 1,))
         else:
             n = strict_remap(n, placed[t])
         placed[t][i] = len(nodes)
         nodes.append(replace(n, attrs=attrs[i], name=f"{n.name}_{t}" if n.name else ""))
     halves = (placed[0][store], placed[1][store])
-    start = len(nodes)
-    shift = start - (store + 1)  # the nodes after the tile's store move past the halves
-    for n in k.nodes[store + 1:]:
-        nodes.append(remap(n, {j: j + shift for j in range(store + 1, len(k.nodes))}))
+    shift = len(nodes) - (store + 1)  # the nodes after the tile's store move past the halves
+    after = {j: j + shift for j in range(store + 1, len(k.nodes))}
+    nodes += [remap(n, after) for n in k.nodes[store + 1:]]
     output = k.output + shift
     moved = [a if a <= store else a + shift for a in out.args]
     nodes[output] = out.replaced(args=tuple(moved[:site]) + halves + tuple(moved[site + 1:]))
