@@ -19,15 +19,7 @@ from stochopt.leir.ir import Kernel, Node
 from stochopt.leir.layout import Factor, Layout
 from stochopt.leir.rules import make_layout
 from stochopt.transform.edit import insert, rebuild, with_layout
-
-
-def _dram_piece(k: Kernel, i: int) -> tuple[int, tuple[tuple[int, int], ...]] | None:
-    """(the DRAM tensor, the bounds) load i reads, or None when it reads no slice of a
-    kernel input (a stored value is left alone)."""
-    src = k.nodes[k.nodes[i].args[0]]
-    if src.op == "slice" and k.nodes[src.args[0]].op == "input":
-        return src.args[0], src.attr("bounds")
-    return None
+from stochopt.transform.tiling import input_region
 
 
 def where_load_slices_together(k: Kernel) -> list[tuple[int, ...]]:
@@ -35,7 +27,7 @@ def where_load_slices_together(k: Kernel) -> list[tuple[int, ...]]:
     one input along one axis, with one layout: the loads, in the order of their slices."""
     groups: dict[tuple, list[tuple[int, int, int]]] = defaultdict(list)
     for i, n in enumerate(k.nodes):
-        if n.op != "load" or (piece := _dram_piece(k, i)) is None:
+        if n.op != "load" or (piece := input_region(k, i)) is None:
             continue
         source, bounds = piece
         for axis, (lo, hi) in enumerate(bounds):
@@ -70,9 +62,9 @@ def _merged_layout(lay: Layout, axis: int, pieces: int, shape: tuple[int, ...]) 
 
 
 def load_slices_together(k: Kernel, site: tuple[int, ...], machine, rng=None) -> Kernel:
-    pieces = [_dram_piece(k, i) for i in site]
+    pieces = [input_region(k, i) for i in site]
     if any(p is None for p in pieces):
-        raise ConstraintError("load_slices_together: a load no longer reads an input's slice")
+        raise ConstraintError("load_slices_together: a load no longer reads an input")
     source = pieces[0][0]
     axis = next(a for a, (b0, b1) in enumerate(zip(pieces[0][1], pieces[1][1], strict=True))
                 if b0 != b1)

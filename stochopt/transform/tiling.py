@@ -40,31 +40,13 @@ def where_tile_output(k: Kernel) -> list[tuple[int, int]]:
 def tile_output(k: Kernel, site: tuple[int, int], machine, rng=None) -> Kernel:
     axis, tiles = site
     tax = _tiled_axes(k, axis)
-    for i, ax in tax.items():
-        if ax is not WHOLE and k.nodes[i].type.shape[ax] % tiles:
-            raise refuse(k, i, f"its axis {ax} ({k.nodes[i].type.shape[ax]}) does not split "
-                          f"into {tiles} tiles")
     nodes: list[Node] = []
     whole: dict[int, int] = {}
     for i, n in enumerate(k.nodes):  # inputs first, then what every tile shares
         if n.op == "input" or (i in tax and tax[i] is WHOLE):
             whole[i] = len(nodes)
             nodes.append(strict_remap(n, whole))
-    loads = [i for i in sorted(tax) if tax[i] is not WHOLE and k.nodes[i].op == "load"]
-    work = [i for i in sorted(tax) if tax[i] is not WHOLE and k.nodes[i].op != "load"]
-    placed: list[dict[int, int]] = [dict(whole) for _ in range(tiles)]
-    attrs = {i: tuple(tile_attrs(k, i, tax[i], tiles).items()) for i in loads + work}
-
-    def emit(t: int, i: int) -> None:
-        n = k.nodes[i]
-        if n.op == "load":
-            nodes.append(dram_slice(k, i, tax[i], tiles, t, whole))
-            n = replace(n, args=(len(nodes) - 1,))
-        else:
-            n = strict_remap(n, placed[t])
-        placed[t][i] = len(nodes)
-        nodes.append(replace(n, attrs=attrs[i], name=f"{n.name}_{t}" if n.name else ""))
-
+    loads, work, placed, emit = _tile_copier(k, tax, tiles, nodes, whole)
     for i in loads:
         emit(0, i)
     for t in range(tiles):
@@ -76,6 +58,34 @@ def tile_output(k: Kernel, site: tuple[int, int], machine, rng=None) -> Kernel:
     stores = tuple(placed[t][k.output] for t in range(tiles))
     nodes.append(Node("concat", stores, (("axis", axis),), k.output_type, "out"))
     return rebuild(k, nodes, len(nodes) - 1, machine)
+
+
+def _tile_copier(k: Kernel, tax: dict[int, int | None], tiles: int, nodes: list[Node],
+                 whole: dict[int, int], what: str = "the output"):
+    """The loads and the other work that vary along the tiled axis (in node order), the
+    index of each tile's copies, and ``emit(t, i)``, which appends tile t's copy of node
+    i to ``nodes`` (a load reads its DRAM slice, appended before it). ``whole`` places
+    the inputs and what every tile shares. Refuses an axis that does not split evenly."""
+    for i, ax in tax.items():
+        if ax is not WHOLE and k.nodes[i].type.shape[ax] % tiles:
+            raise refuse(k, i, f"its axis {ax} ({k.nodes[i].type.shape[ax]}) does not split "
+                          f"into {tiles} tiles", what)
+    loads = [i for i in sorted(tax) if tax[i] is not WHOLE and k.nodes[i].op == "load"]
+    work = [i for i in sorted(tax) if tax[i] is not WHOLE and k.nodes[i].op != "load"]
+    placed: list[dict[int, int]] = [dict(whole) for _ in range(tiles)]
+    attrs = {i: tuple(tile_attrs(k, i, tax[i], tiles, what).items()) for i in loads + work}
+
+    def emit(t: int, i: int) -> None:
+        n = k.nodes[i]
+        if n.op == "load":
+            nodes.append(dram_slice(k, i, tax[i], tiles, t, whole, what))
+            n = replace(n, args=(len(nodes) - 1,))
+        else:
+            n = strict_remap(n, placed[t])
+        placed[t][i] = len(nodes)
+        nodes.append(replace(n, attrs=attrs[i], name=f"{n.name}_{t}" if n.name else ""))
+
+    return loads, work, placed, emit
 
 
 def where_split_stored_tile(k: Kernel) -> list[int]:
@@ -100,23 +110,13 @@ def split_stored_tile(k: Kernel, site: int, machine, rng=None) -> Kernel:
     what = f"stored tile {site}"
     tax = _tiled_axes(k, axis, root=store, what=what)
     nodes = list(k.nodes[:store + 1])  # every node the tile reads whole comes before it
-    placed: list[dict[int, int]] = [{}, {}]
-    for i, ax in tax.items():
-        if ax is WHOLE:
-            placed[0][i] = placed[1][i] = i
-    loads = [i for i in sorted(tax) if tax[i] is not WHOLE and k.nodes[i].op == "load"]
-    work = [i for i in sorted(tax) if tax[i] is not WHOLE and k.nodes[i].op != "load"]
-    attrs = {i: tuple(tile_attrs(k, i, tax[i], 2, what).items()) for i in loads + work}
-    inputs = {i: i for i, n in enumerate(k.nodes) if n.op == "input"}  # they stay put
-    for t, i in [(t, i) for t in (0, 1) for i in loads] + [(t, i) for t in (0, 1) for i in work]:
-        n = k.nodes[i]
-        if n.op == "load":
-            nodes.append(dram_slice(k, i, tax[i], 2, t, inputs, what))
-            n = replace(n, args=(len(nodes) - 1,))
-        else:
-            n = strict_remap(n, placed[t])
-        placed[t][i] = len(nodes)
-        nodes.append(replace(n, attrs=attrs[i], name=f"{n.name}_{t}" if n.name else ""))
+    whole = {i: i for i, n in enumerate(k.nodes)  # they stay where they are
+             if n.op == "input" or (i in tax and tax[i] is WHOLE)}
+    loads, work, placed, emit = _tile_copier(k, tax, 2, nodes, whole, what)
+    for group in (loads, work):  # both halves' loads, then both halves' work
+        for t in (0, 1):
+            for i in group:
+                emit(t, i)
     halves = (placed[0][store], placed[1][store])
     shift = len(nodes) - (store + 1)  # the nodes after the tile's store move past the halves
     after = {j: j + shift for j in range(store + 1, len(k.nodes))}
@@ -200,21 +200,29 @@ def _shrink(lay: Layout, ax: int, tiles: int, k: Kernel, i: int, what: str) -> L
     raise refuse(k, i, f"no factor of its layout's axis {ax} divides by {tiles}", what)
 
 
-def dram_slice(k: Kernel, i: int, ax: int, tiles: int, t: int,
-               whole: dict[int, int], what: str = "the output") -> Node:
-    """The DRAM slice tile t's copy of load i reads: the load's source cut along ``ax``."""
+def input_region(k: Kernel, i: int) -> tuple[int, tuple[tuple[int, int], ...]] | None:
+    """(the kernel input, the bounds) that load i reads: a whole input or a slice of
+    one; None for a value the kernel stored."""
     source = k.nodes[i].args[0]
     src = k.nodes[source]
     if src.op == "input":
-        base, bounds = source, [(0, s) for s in src.type.shape]
-    elif src.op == "slice" and k.nodes[src.args[0]].op == "input":
-        base, bounds = src.args[0], list(src.attr("bounds"))
-    else:
+        return source, tuple((0, s) for s in src.type.shape)
+    if src.op == "slice" and k.nodes[src.args[0]].op == "input":
+        return src.args[0], src.attr("bounds")
+    return None
+
+
+def dram_slice(k: Kernel, i: int, ax: int, tiles: int, t: int,
+               whole: dict[int, int], what: str = "the output") -> Node:
+    """The DRAM slice tile t's copy of load i reads: the load's source cut along ``ax``."""
+    region = input_region(k, i)
+    if region is None:
         raise refuse(k, i, "it loads a value the kernel stored", what)
+    base, bounds = region[0], list(region[1])
     lo, hi = bounds[ax]
     step = (hi - lo) // tiles
     bounds[ax] = (lo + t * step, lo + (t + 1) * step)
-    return Node("slice", (whole[base],), (("bounds", tuple(bounds)),), src.type)
+    return Node("slice", (whole[base],), (("bounds", tuple(bounds)),), k.nodes[base].type)
 
 
 def strict_remap(n: Node, mapping: dict[int, int]) -> Node:
