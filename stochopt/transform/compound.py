@@ -49,8 +49,6 @@ FOLLOW_UPS: dict[str, tuple[str, ...]] = {
     "propagate_layout": ("propagate_layout", "fold_relayout_into_load",
                          "drop_noop_relayout"),
     "relayout_instead_of_reload": ("propagate_layout", "fold_relayout_into_load"),
-    # a reduction moved before its relayout: the move may now be none or meet another
-    "reduce_before_relayout": ("drop_noop_relayout", "fold_relayout_pair", "list_schedule"),
     "reduce_by_relayout": ("propagate_layout", "fold_relayout_into_load", "list_schedule"),
     # a new spread or gathered factor changes every stage's time: reorder
     "spread_over_more_of_the_tree": ("gather_spread_factor", "list_schedule"),

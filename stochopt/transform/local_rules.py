@@ -16,7 +16,6 @@ from stochopt.transform.pattern import Bound, Local, Match, New, Pat, new
 # unary elementwise ops (one tensor argument): movement commutes with them
 UNARY = unary_elementwise()
 MOVES = ("relayout", "transpose", "reshape")
-REDUCES = ("reduce_sum", "reduce_max", "reduce_min")
 # how much of a value each dtype keeps: a cast to a dtype at least as precise is exact
 PRECISION = {"bool": 0, "bf16": 1, "i32": 2, "f32": 3}
 
@@ -78,12 +77,6 @@ MOVEMENT = [
           "unary elementwise f: move the narrower dtype, and let casts meet the matmul",
           Pat(MOVES, Pat(UNARY, Pat.var("x"), name="f"), name="m"),
           lambda m: m.f.but(m.m.but(m.x, name=""))),
-    Local("reduce_before_relayout", "reduce(relayout(x, A), axis) -> relayout(reduce(x, "
-          "axis), layout_of(the reduce)): reduce the wide value where it lies, move the "
-          "narrow result (a sum changes only its order of addition)",
-          Pat(REDUCES, Pat("relayout", X, name="r"), name="red"),
-          lambda m: new("relayout", m.red.but(m.x, name=""), like=m.red,
-                        layout=m.red.type.layout)),
 ]
 
 DTYPES = [

@@ -223,7 +223,6 @@ RULES: list[Rule] = [
     LOCAL["fold_relayout_pair"],
     LOCAL["drop_noop_relayout"],
     LOCAL["hoist_movement"],
-    LOCAL["reduce_before_relayout"],
     Rule("reuse_loaded_tensor", "two identical ops (a tensor loaded twice) -> one",
          _where_reuse_loaded_tensor, reuse_loaded_tensor),
     Rule("relayout_instead_of_reload", "load(x, B) after load(x, A) -> relayout(load(x, A), B): "
