@@ -58,26 +58,6 @@ class CachedScreening(ScreeningSet):
                 self.range_verdicts.popitem(last=False)
         return refused
 
-    def error(self, kernel: Kernel, threshold: float = float("inf")) -> float:
-        """As ScreeningSet.error, but when the verdicts this chain already holds for the
-        kernel's values add up past ``threshold``, that partial sum, without the range
-        analysis: a refusal by the analysis costs every input the most an input can
-        cost, so it too would be past the threshold, and the chain's decision (rejected,
-        wrong if above zero) is the same. Most candidates a chain refuses are kernels
-        whose values it has screened before under another structure (a sibling op, a
-        deleted op), and the analysis is then most of what they cost."""
-        key = kernel.native_key
-        total = 0.0
-        for i in range(len(self.inputs)):
-            known = self.verdicts.get((key, i))
-            if known is None:
-                break
-            total += known
-            if total > threshold:
-                self.hits += i + 1
-                return total
-        return super().error(kernel, threshold)
-
     def output(self, kernel: Kernel, i: int, exact: bool) -> np.ndarray:
         return self.node_values.output(kernel, i, self.inputs[i], exact)
 

@@ -29,7 +29,7 @@ def rebuild(kernel: Kernel, nodes: list[Node], output: int, machine) -> Kernel:
 # a hundred had been built before), and a rebuild is most of a candidate's cost there.
 # Least recently used structures go first once EDITS_KEPT results are kept.
 _EDITS: OrderedDict[StructureKey, dict[Hashable, Kernel | StochoptError]] = OrderedDict()
-EDITS_KEPT = 20_000
+EDITS_KEPT = 2_000
 _edits_kept = 0
 
 
