@@ -120,7 +120,7 @@ def test_the_lookahead_hands_out_a_plan_past_greedys_fixpoint(softmax_fixpoint):
     rng = random.Random(1)
     # each search draws its steps among every rule that applies, so how many searches
     # find an end point past the fixpoint depends on how many rules there are: search
-    # until one does (seeds 0-9 need 1 to 21 searches with 30 rules; each takes ~3 ms)
+    # until one does (seeds 0-9 need 1 to 8 searches with 29 rules; each takes ~3 ms)
     found = []
     while len(found) < 40 and not any(f.kernel is not None and f.cycles < at_fixpoint
                                       for f in found):
