@@ -120,7 +120,7 @@ def family_tensor(t: TensorSpec, pattern: str, parameter: float,
         return _mask(pattern, parameter, rng, shape)
     lo, hi = t.bounds
     centre, reach = centre_and_reach(t)
-    u = rng.uniform(lo, hi, (rows, n))
+    u = _uniform_rows(rng, lo, hi, rows, n, USE_OF_UNIFORM.get(pattern, rows))
     if pattern == "scaled":
         x = centre + (u - centre) * parameter
     elif pattern == "mixed_scales":
@@ -152,6 +152,20 @@ def family_tensor(t: TensorSpec, pattern: str, parameter: float,
     else:
         raise ValueError(f"unknown family {pattern!r}")
     return np.clip(x, lo, hi).reshape(shape)
+
+
+# how many rows of the uniform tensor drawn first a family reads (the rest of its draws
+# are skipped, not made: the values after them stay the same); absent: every row
+USE_OF_UNIFORM = {"mixed_scales": 0, "integers": 0, "shifted_rows": 0, "corners": 0,
+                  "equal_rows": 1, "rolled_rows": 1}
+
+
+def _uniform_rows(rng, lo: float, hi: float, rows: int, n: int, used: int) -> np.ndarray:
+    """The first ``used`` rows of ``rng.uniform(lo, hi, (rows, n))``, leaving the
+    generator where drawing all of them would have left it."""
+    u = rng.uniform(lo, hi, (used, n))
+    rng.bit_generator.advance((rows - used) * n)
+    return u
 
 
 def _signed_zeros(t: TensorSpec, rng, shape, lo: float, hi: float, u) -> np.ndarray:
