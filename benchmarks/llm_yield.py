@@ -1,7 +1,8 @@
 """The LLM's plans against chance: the same spec, seed and chain with the LLM arm asking
 a model for transform plans, then with the same arm answered by uniformly random plans of
-the same lengths drawn from the same menus. Acceptance and improvement rates of both,
-with their spread over seeds.
+the same lengths drawn from the same menus, and by the menu's top entries (1, 2, ...: the
+steps the cost model likes best, as many as the model's plan had). Acceptance and
+improvement rates of the three, with their spread over seeds.
 
     tests/integration/local_llm.sh          # builds the server and SmolLM2-135M once
     ~/.cache/stochopt/local_llm/venv/bin/python -m llama_cpp.server --model \\
@@ -14,7 +15,9 @@ from the spec's lowering (``--start fixpoint``: from greedy's descent, where sin
 rewrites no longer pay) and stepped until ``--requests`` plans were judged. Chance reads
 the menu from the request's own constraint (the JSON schema's enum of entry numbers), so
 it draws from exactly the menu the model was shown; the k-th random plan has as many
-steps as the model's k-th plan of the same seed. Rates are per plan: accepted (the chain
+steps as the model's k-th plan of the same seed, and the k-th top plan is the menu's
+first entries, as many. A model that beats chance but not the top plan reads the menu's
+order, not the kernel. Rates are per plan: accepted (the chain
 moved to it) and improving (its kernel was faster than the chain's). The model's replies
 are constrained where the server takes a schema, as in a run. No assertions: measurements.
 """
@@ -45,13 +48,15 @@ from stochopt.transform.greedy import descend
 SPECS = Path(__file__).resolve().parents[1] / "specs"
 
 
-class ChanceClient(Client):
-    """A stand-in model: each plan request is answered with entries drawn uniformly from
-    the menu its schema lists, as many as ``lengths`` says for that request (in order)."""
+class MenuClient(Client):
+    """A stand-in model: each plan request is answered with entries of the menu its
+    schema lists, as many as ``lengths`` says for that request (in order): drawn
+    uniformly (``top=False``: chance), or the first ones (``top=True``)."""
 
-    def __init__(self, options: dict, lengths: list[int], seed: int) -> None:
+    def __init__(self, options: dict, lengths: list[int], seed: int, top: bool) -> None:
         super().__init__({**options, "base_url": "http://127.0.0.1:9/v1"})
         self.lengths, self.rng, self.asked = list(lengths), random.Random(seed), 0
+        self.top = top
 
     def served_models(self):
         return None
@@ -64,7 +69,9 @@ class ChanceClient(Client):
         menu = schema["properties"]["steps"]["items"]["enum"]
         length = self.lengths[self.asked] if self.asked < len(self.lengths) else 1
         self.asked += 1
-        return Reply([json.dumps({"steps": [self.rng.choice(menu) for _ in range(length)]})])
+        steps = (sorted(menu)[:length] if self.top
+                 else [self.rng.choice(menu) for _ in range(length)])
+        return Reply([json.dumps({"steps": steps})])
 
 
 def _schema(constraint: dict | None) -> dict | None:
@@ -143,21 +150,23 @@ def main() -> None:
     print("| spec | arm | acceptance | improvement | speedup of the chain | plan steps |")
     print("| --- | --- | --- | --- | --- | --- |")
     for spec_name in args.specs.split(","):
-        by_arm: dict[str, list[dict]] = {"model": [], "chance": []}
+        by_arm: dict[str, list[dict]] = {"model": [], "chance": [], "menu's top": []}
         for seed in [int(s) for s in args.seeds.split(",")]:
-            model = run_arm(spec_name, seed, args.requests, llm, args.start)
-            lengths = [p["length"] for p in model["plans"]]
-            chance = run_arm(spec_name, seed, args.requests, llm, args.start,
-                             lambda o, lengths=lengths, seed=seed: ChanceClient(o, lengths,
-                                                                                seed))
-            by_arm["model"].append(model)
-            by_arm["chance"].append(chance)
-            records.append({"spec": spec_name, "seed": seed, "model": model,
-                            "chance": chance})
+            record = {"spec": spec_name, "seed": seed}
+            record["model"] = run_arm(spec_name, seed, args.requests, llm, args.start)
+            lengths = [p["length"] for p in record["model"]["plans"]]
+            for arm, top in (("chance", False), ("menu's top", True)):
+                record[arm] = run_arm(
+                    spec_name, seed, args.requests, llm, args.start,
+                    lambda o, top=top, lengths=lengths, seed=seed: MenuClient(
+                        o, lengths, seed, top))
+            for arm, result in by_arm.items():
+                result.append(record[arm])
+            records.append(record)
         for name, arms in by_arm.items():
             r = [rates(a) for a in arms]
             steps = [p["length"] for a in arms for p in a["plans"]]
-            print(f"| {spec_name} | {name if name == 'chance' else args.model} | "
+            print(f"| {spec_name} | {args.model if name == 'model' else name} | "
                   f"{spread([x['acceptance'] for x in r])} | "
                   f"{spread([x['improvement'] for x in r])} | "
                   f"{spread([x['speedup'] for x in r])} | "

@@ -53,9 +53,34 @@ def test_llm_yield_runs_an_arm_from_greedys_descent():
     llm = {"model": "chance", "base_url": "http://127.0.0.1:9/v1", "max_tokens": 48,
            "timeout_s": 60.0}
     arms = {start: llm_yield.run_arm(
-        "softmax", 0, 1, llm, start, lambda o: llm_yield.ChanceClient(o, [2], 0))
+        "softmax", 0, 1, llm, start, lambda o: llm_yield.MenuClient(o, [2], 0, top=False))
         for start in ("lowering", "fixpoint")}
     assert arms["fixpoint"]["start_cycles"] < arms["lowering"]["start_cycles"]
     for arm in arms.values():
         (plan,) = arm["plans"]
         assert plan["length"] == 2 and arm["end_cycles"] <= arm["start_cycles"]
+
+
+def test_llm_yield_stand_ins_answer_from_the_schemas_menu():
+    """Chance draws from the menu the schema lists; the top arm takes its first entries."""
+    import json
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import llm_yield
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    llm = {"model": "stand-in", "base_url": "http://127.0.0.1:9/v1", "max_tokens": 48,
+           "timeout_s": 60.0}
+    from stochopt.llm.options import llm_options
+
+    schema = {"type": "object", "properties": {"steps": {"type": "array", "items": {
+        "enum": [4, 2, 7, 1, 9]}}}}
+    constraint = {"response_format": {"type": "json_object", "schema": schema}}
+    top = llm_yield.MenuClient(llm_options(llm), [2, 3], 0, top=True)
+    assert [json.loads(top._once([], {}, constraint).contents[0])["steps"]
+            for _ in range(2)] == [[1, 2], [1, 2, 4]]
+    chance = llm_yield.MenuClient(llm_options(llm), [5] * 20, 0, top=False)
+    drawn = [s for _ in range(20)
+             for s in json.loads(chance._once([], {}, constraint).contents[0])["steps"]]
+    assert set(drawn) == {1, 2, 4, 7, 9}

@@ -7,8 +7,8 @@ keep the richest that fits an eighth of the model's context: the spec, the kerne
 its profile, a line per rule of the menu and 40 entries; then the kernel and 24 entries;
 then 12 entries alone. A model of an 8k context (a small one, read slowly on a CPU) gets
 the last; one of 32k and more the first.
-The menu keeps the entries the cost model likes best (plan.menu's ``limit``), numbered in
-the rules' order.
+The menu lists the entries the cost model likes best first (plan.menu), and a shorter
+level keeps the first of them.
 """
 
 from __future__ import annotations

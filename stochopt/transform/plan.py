@@ -273,8 +273,10 @@ def menu(kernel: Kernel, machine, *, estimate: bool = True, limit: int | None = 
          deadline: float | None = None) -> list[Entry]:
     """Every step that applies to the kernel now, numbered from 1. With ``estimate``
     each is applied and costed (the kernel's cycles after it), and steps that refuse are
-    left out; past ``deadline`` (time.monotonic) the rest are listed unestimated. With
-    ``limit``, the ``limit`` steps the cost model likes best are kept, in rule order."""
+    left out; past ``deadline`` (time.monotonic) the rest are listed unestimated. The
+    estimated steps come first, cheapest first (ties and the unestimated in rule order):
+    a model that answers "1, 2" takes what the cost model likes best, not what the rules
+    happen to list first. With ``limit``, only the first ``limit`` are kept."""
     names = value_names(kernel)
     found: list[tuple[Step, int | None]] = []
     for step, out in every_step(kernel, machine):
@@ -290,10 +292,9 @@ def menu(kernel: Kernel, machine, *, estimate: bool = True, limit: int | None = 
             found.append((step, cost(out, machine).cycles))
         except StochoptError:  # does not fit the machine: not worth a model's choice
             continue
-    if limit is not None and len(found) > limit:
-        ranked = sorted(range(len(found)), key=lambda i: (found[i][1] is None,
-                                                          found[i][1] or 0, i))
-        found = [found[i] for i in sorted(ranked[:limit])]
+    ranked = sorted(range(len(found)), key=lambda i: (found[i][1] is None,
+                                                      found[i][1] or 0, i))
+    found = [found[i] for i in ranked[:limit]]
     sites = {name: RULES_BY_NAME[name].find(kernel) for name in {s.rule for s, _ in found}}
     return [Entry(number, step, describe_site(kernel, step.rule, sites[step.rule][step.site],
                                               names), cycles)

@@ -89,8 +89,8 @@ def test_a_plan_is_applied_step_after_step_and_carries_the_shown_kernels_path(so
     before = [Step("tile_output", 0)]   # whatever the chain's path to the kernel shown was
     cand = ReplyReader(spec, machine).plan_candidate([spread, recip], baseline, entries,
                                                      before)
-    expected = apply_plan(baseline, [e.step for e in entries if e.number in (spread, recip)]
-                          [::-1], machine).kernel
+    step = {e.number: e.step for e in entries}
+    expected = apply_plan(baseline, [step[spread], step[recip]], machine).kernel
     assert cand.outcome is None and render(cand.kernel) == render(expected)
     assert [s.rule for s in cand.steps] == ["spread_over_more_of_the_tree",
                                             "multiply_by_reciprocal"]
