@@ -93,7 +93,8 @@ def run_arm(spec_name: str, seed: int, requests: int, llm: dict, start: str,
     proposer = LLMProposer(options, spec, machine, baseline, run_dir, 0,
                            deadline=time.time() + 7200, seed=seed, client=client)
     chain = ChainRun(0, spec, baseline, cost(baseline, machine).cycles, baseline, machine,
-                     ["llm"], seed, ChainConfig(full_examples=20), proposer)
+                     ["llm"], seed, ChainConfig(full_examples=20, escape_kernels=0),
+                     proposer)  # no escape from the start: every step is the arm's
     if start == "fixpoint":
         opened = descend(baseline, machine, chain.objective.error, random.Random(seed))
         chain.restart_from(opened.kernel, opened.plan)
