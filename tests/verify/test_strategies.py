@@ -199,3 +199,14 @@ def test_the_same_seed_draws_the_same_inputs_whatever_was_imported(repo, tmp_pat
                            cwd=repo, capture_output=True, text=True, check=True).stdout
             for imported in ("no", "yes")]
     assert int(runs[0].split()[0]) > 150 and runs[0] == runs[1]
+
+
+def test_skipping_a_discarded_draw_leaves_the_generator_where_drawing_it_would():
+    """build_tensor and family_tensor skip the uniform tensor a pattern never reads with
+    bit_generator.advance: one 64-bit output per float64 drawn. Were that to change, the
+    inputs of every pattern drawn after it would change with it."""
+    drawn, skipped = np.random.default_rng(7), np.random.default_rng(7)
+    drawn.uniform(-1.0, 1.0, (3, 5))
+    skipped.bit_generator.advance(15)
+    assert np.array_equal(drawn.uniform(-1.0, 1.0, 4), skipped.uniform(-1.0, 1.0, 4))
+    assert np.array_equal(drawn.random(3), skipped.random(3))
