@@ -33,7 +33,14 @@ from stochopt.machine import Machine, load_machine
 def least_op_cycles(op: str, machine: Machine) -> int:
     """The fewest cycles an op of this name can take on any layout: one vector pass over
     one ALU word (elementwise, reductions kept local) or one MAU step (matmul); ops that
-    only move data or relabel it could be written away, so they count 0."""
+    only move data or relabel it could be written away, so they count 0, and so does a
+    cast (the rules drop a widening pair, and a matmul's casts of bf16 operands). A
+    division counts as a multiply: x / c becomes x * (1/c), and x / y, y broadcast,
+    x * reciprocal(y), where the reciprocal is off x's path."""
+    if op == "cast":
+        return 0
+    if op == "div":
+        op = "mul"
     kind = OPS[op].kind if op in OPS else None
     if kind == ELEMENTWISE:
         return OPS[op].cost.cycles_per_elem + machine.latency["vector"]
@@ -133,10 +140,58 @@ def bound_cycles(dram_bytes: int, transfers: int, flops_by_unit: dict[str, int],
     return max(terms)
 
 
+# elementwise ops that combine with a small operand (a constant, or a broadcast of fewer
+# elements) and fold into one of their own family: (x * c1) * c2 -> x * (c1 * c2)
+# (fold_scales, after divide_by_constant_as_multiply for a division), (x + b1) + b2 ->
+# x + (b1 + b2) (reassociate_broadcasts); and a scale of a matmul's result moves onto
+# its smaller operand (scale_before_matmul)
+FOLDS = {"mul": "scale", "div": "scale", "add": "shift", "sub": "shift"}
+
+
+def added_cycles(steps: Sequence[Step], u: int, a: int, machine: Machine) -> int:
+    """The least cycles step ``u`` adds to a chain that reaches it through its argument
+    ``a``: its least op cycles, or none where it folds into that argument."""
+    s = steps[u]
+    family = FOLDS.get(s.op)
+    if family is not None and _scales_or_shifts(steps, u, a):
+        p = steps[a]
+        if FOLDS.get(p.op) == family and any(_scales_or_shifts(steps, a, b) for b in p.args):
+            return 0
+        if family == "scale" and p.op == "matmul":
+            return 0
+    return least_op_cycles(s.op, machine)
+
+
+def _scales_or_shifts(steps: Sequence[Step], u: int, a: int) -> bool:
+    """Whether step ``u`` combines its argument ``a``, whole, with only smaller operands
+    or constants."""
+    s = steps[u]
+    if steps[a].shape != s.shape:
+        return False
+    others = list(s.args)
+    others.remove(a)
+    return all(prod(steps[b].shape) < prod(s.shape) for b in others)
+
+
+def chain_lengths(steps: Sequence[Step], machine: Machine,
+                  counted: Sequence[bool] | None = None) -> list[int]:
+    """The longest chain of least cycles (added_cycles) to each step, in program order;
+    reads and stores add none (bound_cycles prices them). ``counted``: which steps may
+    lengthen a chain (default all)."""
+    length: list[int] = []
+    for i, s in enumerate(steps):
+        if counted is not None and not counted[i] or s.op == READ:
+            length.append(max((length[a] for a in s.args), default=0))
+            continue
+        length.append(max((length[a] + added_cycles(steps, i, a, machine) for a in s.args),
+                          default=least_op_cycles(s.op, machine)))
+    return length
+
+
 def tail_cycles(steps: Sequence[Step], machine: Machine) -> int | None:
-    """The least, over the live reads, of the longest chain of least op cycles from the
-    read to a store (or to the output, for a traced spec): what must still run after the
-    last read lands. None when no live read feeds the output."""
+    """The least, over the live reads, of the longest chain of least cycles from the read
+    to a store (or to the output, for a traced spec): what must still run after the last
+    read lands. None when no live read feeds the output."""
     after: list[int | None] = [None] * len(steps)  # longest chain from a step onwards
     users: list[list[int]] = [[] for _ in steps]
     for i, s in enumerate(steps):
@@ -149,10 +204,10 @@ def tail_cycles(steps: Sequence[Step], machine: Machine) -> int | None:
         if s.op == "store":
             after[i] = 0
             continue
-        own = 0 if s.op == READ else least_op_cycles(s.op, machine)
-        onward = [after[u] for u in users[i] if after[u] is not None]
+        onward = [added_cycles(steps, u, i, machine) + after[u] for u in users[i]
+                  if after[u] is not None]
         if onward or not users[i]:  # a spec's output has no users, and no store
-            after[i] = own + max(onward, default=0)
+            after[i] = max(onward, default=0)
     tails = [after[i] for i, s in enumerate(steps) if s.op == READ and s.live
              and after[i] is not None]
     return min(tails, default=None)
@@ -256,19 +311,6 @@ def _after_a_load(kernel: Kernel) -> list[bool]:
     return [a and b for a, b in zip(fed, _live(kernel), strict=True)]
 
 
-def chain_cycles(nodes: Iterable[tuple[str, tuple[int, ...]]], machine: Machine,
-                 counted: list[bool] | None = None) -> int:
-    """Longest chain of least op cycles through (op, inputs) nodes in program order;
-    loads and stores count 0 (bound_cycles prices them). ``counted``: which nodes may
-    lengthen a chain (default all)."""
-    length: list[int] = []
-    for i, (op, inputs) in enumerate(nodes):
-        before = max((length[a] for a in inputs), default=0)
-        own = least_op_cycles(op, machine) if counted is None or counted[i] else 0
-        length.append(before + own)
-    return max(length, default=0)
-
-
 def bound_of_kernel(kernel: Kernel, machine: Machine | str | None = None) -> int:
     """The reachable bound of a kernel's own signature and arithmetic: its inputs read
     once (no more than its loads read), its output written once, one load per input it
@@ -283,10 +325,10 @@ def bound_of_kernel(kernel: Kernel, machine: Machine | str | None = None) -> int
         if alive and w.stages and w.stages[0][0] in flops:
             flops[w.stages[0][0]] += w.flops
     read = {_source(kernel, n.inputs[0]) for n in kernel.nodes if n.op == "load"}
+    steps = kernel_steps(kernel)
     chain = None
     if any(alive and n.op == "load" for n, alive in zip(kernel.nodes, live, strict=True)):
-        chain = chain_cycles(((n.op, n.inputs) for n in kernel.nodes), machine, live)
-    steps = kernel_steps(kernel)
+        chain = max(chain_lengths(steps, machine, live), default=0)
     written = kernel.output_type.nbytes
     live_reads = {_source(kernel, n.inputs[0]) for n, s in zip(kernel.nodes, steps, strict=True)
                   if s.op == READ and s.live}

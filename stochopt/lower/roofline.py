@@ -12,7 +12,7 @@ from stochopt.backend.bound import (
     Step,
     Traffic,
     bound_cycles,
-    least_op_cycles,
+    chain_lengths,
     link_floor_cycles,
     tail_cycles,
 )
@@ -55,14 +55,9 @@ def spec_roofline(spec: Spec, machine=None) -> SpecRoofline:
     dram = nbytes / machine.dram_bytes_per_cycle
     rates = peak_rates(machine)
     compute = max(flops[u] / rates[u] for u in flops)
-    chain: dict[int, int] = {}
-    for t in order:  # inputs first: the longest chain of least op cycles to each node
-        own = least_op_cycles(_op(t), machine)
-        chain[id(t)] = own + max((chain[id(a)] for a in t.args if isinstance(a, TNode)),
-                                 default=0)
-    steps = _steps(order)
+    steps = _steps(order)  # the output last: its chain is the longest to it
     reachable = bound_cycles(
-        nbytes, len(spec.inputs) + 1, flops, chain[id(out)], machine,
+        nbytes, len(spec.inputs) + 1, flops, chain_lengths(steps, machine)[-1], machine,
         traffic=Traffic(sum(read), written, len(spec.inputs)),
         tail_cycles=tail_cycles(steps, machine),
         link_cycles=link_floor_cycles(steps, read, written, machine))
