@@ -41,19 +41,29 @@ def test_the_transfer_measurements_specs_lower_and_verify(name):
     assert check(kernel, spec, examples=20, seed=0, baseline=kernel).equivalent
 
 
-@pytest.mark.slow  # a chain and its full checks; no model: chance answers the plans
-def test_llm_yield_runs_an_arm_from_greedys_descent():
-    """``--start fixpoint`` starts the chain where greedy's descent ends (it once called
-    the chain's restart with an argument missing, and failed before its first plan)."""
+# the llm settings of benchmarks/llm_yield.py's arms with a stand-in answering (no server)
+STAND_IN = {"model": "stand-in", "base_url": "http://127.0.0.1:9/v1", "max_tokens": 48,
+            "timeout_s": 60.0}
+
+
+def _llm_yield():
+    """benchmarks/llm_yield.py as a module (benchmarks/ is not a package)."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         import llm_yield
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
-    llm = {"model": "chance", "base_url": "http://127.0.0.1:9/v1", "max_tokens": 48,
-           "timeout_s": 60.0}
+    return llm_yield
+
+
+@pytest.mark.slow  # a chain and its full checks; no model: chance answers the plans
+def test_llm_yield_runs_an_arm_from_greedys_descent():
+    """``--start fixpoint`` starts the chain where greedy's descent ends (it once called
+    the chain's restart with an argument missing, and failed before its first plan)."""
+    llm_yield = _llm_yield()
     arms = {start: llm_yield.run_arm(
-        "softmax", 0, 1, llm, start, lambda o: llm_yield.MenuClient(o, [2], 0, top=False))
+        "softmax", 0, 1, STAND_IN, start,
+        lambda o: llm_yield.MenuClient(o, [2], 0, top=False))
         for start in ("lowering", "fixpoint")}
     assert arms["fixpoint"]["start_cycles"] < arms["lowering"]["start_cycles"]
     for arm in arms.values():
@@ -63,16 +73,9 @@ def test_llm_yield_runs_an_arm_from_greedys_descent():
 
 def test_llm_yield_stand_ins_answer_from_the_schemas_menu():
     """Chance draws from the menu the schema lists; the top arm takes its first entries."""
-    import json
-
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        import llm_yield
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    llm = {"model": "stand-in", "base_url": "http://127.0.0.1:9/v1", "max_tokens": 48,
-           "timeout_s": 60.0}
     from stochopt.llm.options import llm_options
+
+    llm_yield, llm = _llm_yield(), STAND_IN
 
     schema = {"type": "object", "properties": {"steps": {"type": "array", "items": {
         "enum": [4, 2, 7, 1, 9]}}}}
