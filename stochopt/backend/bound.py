@@ -144,8 +144,10 @@ def bound_cycles(dram_bytes: int, transfers: int, flops_by_unit: dict[str, int],
 # elements) and fold into one of their own family: (x * c1) * c2 -> x * (c1 * c2)
 # (fold_scales, after divide_by_constant_as_multiply for a division), (x + b1) + b2 ->
 # x + (b1 + b2) (reassociate_broadcasts); and a scale of a matmul's result moves onto
-# its smaller operand (scale_before_matmul)
+# its smaller operand (scale_before_matmul). Ops that only move, relabel or cast a value
+# may stand between the two: hoist_movement takes them out of the way.
 FOLDS = {"mul": "scale", "div": "scale", "add": "shift", "sub": "shift"}
+PASS_THROUGH = ("relayout", "transpose", "reshape", "cast")
 
 
 def added_cycles(steps: Sequence[Step], u: int, a: int, machine: Machine) -> int:
@@ -154,6 +156,8 @@ def added_cycles(steps: Sequence[Step], u: int, a: int, machine: Machine) -> int
     s = steps[u]
     family = FOLDS.get(s.op)
     if family is not None and _scales_or_shifts(steps, u, a):
+        while steps[a].op in PASS_THROUGH and len(steps[a].args) == 1:
+            a = steps[a].args[0]
         p = steps[a]
         if FOLDS.get(p.op) == family and any(_scales_or_shifts(steps, a, b) for b in p.args):
             return 0
