@@ -10,9 +10,10 @@ the kernel's cycle count. See docs/machine.md for every formula.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
+from heapq import heappop, heappush
 from itertools import accumulate
 from math import ceil
 
@@ -82,55 +83,88 @@ class _Memory:
     A release of None means a later op still reads the value. Every spread places its
     parts on the first units of each level, so PE 0 holds a part of every pe value and
     the sum of local bytes is the most any one PE holds.
+
+    The allocations and releases are kept as events in time order as they come (a
+    tiled kernel near the PEs' capacity asks where each of its ~200 values fits, and
+    sorting every value's events again for each one was most of its costing).
     """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.held: dict[int, list] = {}  # root node -> [start, release, bytes]
         self.total = 0                    # bytes of everything held: an upper bound
+        # events in time order, keyed 2 * time (+ 1 for an allocation: at equal times
+        # releases come first), and the bytes each adds (or frees, negative)
+        self.keys: list[int] = []
+        self.deltas: list[int] = []
+        self.released: list[tuple[int, int]] = []  # heap of (release, node)
 
     def hold(self, node: int, start: int, nbytes: int) -> None:
         self.held[node] = [start, None, nbytes]
         self.total += nbytes
+        self._event(2 * start + 1, nbytes)
 
     def release(self, node: int, at: int) -> None:
-        if node in self.held:
-            self.held[node][1] = at
+        h = self.held.get(node)
+        if h is None:
+            return
+        if h[1] is not None:
+            self._forget(2 * h[1], -h[2])
+        h[1] = at
+        self._event(2 * at, -h[2])
+        heappush(self.released, (at, node))
 
-    def usage_after(self) -> tuple[list[int], list[int]]:
-        """Event times and, for each, the most bytes live at that time or later. (Every
-        allocation and release is an event, in time order, releases first at equal
-        times: within one time the bytes live only fall then rise to what that time
-        leaves live, so no event shows more than the times around it do.)"""
-        held = self.held.values()
-        events = [(start, nbytes) for start, _, nbytes in held]
-        events += [(release, -nbytes) for _, release, nbytes in held if release is not None]
-        events.sort()
-        most = list(accumulate(reversed(list(accumulate([e[1] for e in events]))), max))
-        most.reverse()  # bytes live after each event, then the most of them from it on
-        return [e[0] for e in events], most
+    def _event(self, key: int, delta: int) -> None:
+        at = bisect_right(self.keys, key)
+        self.keys.insert(at, key)
+        self.deltas.insert(at, delta)
+
+    def _forget(self, key: int, delta: int) -> None:
+        at = bisect_left(self.keys, key)
+        while self.deltas[at] != delta:  # an event of the same key and bytes: any one
+            at += 1
+        del self.keys[at], self.deltas[at]
+
+    def _drop_released_by(self, floor: int) -> None:
+        """Forget values released by ``floor``: no op starts before it any more."""
+        while self.released and self.released[0][0] <= floor:
+            at, node = heappop(self.released)
+            h = self.held.get(node)
+            if h is not None and h[1] == at:
+                del self.held[node]
+                self.total -= h[2]
+                self._forget(2 * h[0] + 1, h[2])
+                self._forget(2 * at, -h[2])
 
     def earliest_fit(self, t: int, nbytes: int, floor: int) -> int | None:
         """The earliest time >= t from which nbytes more fit for good; None if never.
         No op starts before ``floor`` any more, so what is released by then is dropped."""
         if self.total + nbytes <= self.capacity:
             return t
-        for k in [k for k, h in self.held.items() if h[1] is not None and h[1] <= floor]:
-            self.total -= self.held.pop(k)[2]
+        self._drop_released_by(floor)
         if self.total + nbytes <= self.capacity:
             return t
-        times, most = self.usage_after()
+        keys, deltas = self.keys, self.deltas
 
         def fits(at: int) -> bool:
-            i = bisect_right(times, at) - 1  # the last event at or before `at`
-            peak = most[i] if i >= 0 else (most[0] if most else 0)
+            """Whether the most bytes live at `at` or later leave room for nbytes.
+            (Within one time the bytes live only fall then rise to what that time
+            leaves live, so no event shows more than the times around it do.)"""
+            i = bisect_right(keys, 2 * at + 1)  # the events at or before `at`
+            if i == 0:
+                peak = max(accumulate(deltas)) if deltas else 0
+            else:
+                peak = max(accumulate(deltas[i:], initial=sum(deltas[:i])))
             return peak + nbytes <= self.capacity
 
         if fits(t):
             return t
-        for r in sorted({h[1] for h in self.held.values() if h[1] is not None and h[1] > t}):
-            if fits(r):
-                return r
+        tried = None
+        for key in keys[bisect_right(keys, 2 * t + 1):]:  # the releases after t, in order
+            if key % 2 == 0 and key != tried:
+                tried = key
+                if fits(key // 2):
+                    return key // 2
         return None
 
     def live_at_end(self) -> int:

@@ -117,6 +117,28 @@ def test_memory_fits_a_value_from_the_first_moment_every_later_one_has_room():
             fits_from(held, t, nbytes, capacity)
 
 
+def test_memory_keeps_its_answers_over_a_whole_schedule_of_holds_and_releases():
+    # as the scheduler asks: values held and released in turn, a question before each
+    # hold with a floor that only rises; the events are kept between the questions
+    from stochopt.backend.cost import _Memory
+    rng = random.Random(1)
+    for _ in range(150):
+        capacity = rng.randint(60, 200)
+        memory = _Memory(capacity)
+        floor = 0
+        for node in range(rng.randint(2, 25)):
+            t = floor + rng.randint(0, 10)
+            nbytes = rng.randint(1, 50)
+            held = [list(h) for h in memory.held.values()]
+            floor = rng.randint(floor, t)
+            assert memory.earliest_fit(t, nbytes, floor) == \
+                fits_from(held, t, nbytes, capacity)
+            memory.hold(node, t, nbytes)
+            for old in rng.sample(sorted(memory.held), k=min(2, len(memory.held))):
+                if rng.random() < 0.5:  # a later reader moves a release on
+                    memory.release(old, memory.held[old][0] + rng.randint(0, 15))
+
+
 def test_out_of_memory_names_the_op_the_level_and_the_bytes():
     text = '''def kernel(a: "f32[4,5120] @ dram") -> "f32[4,5120] @ dram":
     xa = load(a, "(4,5120)/((4_PE),(5120))")
