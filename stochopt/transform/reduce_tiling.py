@@ -19,9 +19,8 @@ tiles so that loads run ahead of compute.
 
 Exact: maxima and minima are unchanged; sums only change their order of addition. It
 refuses (ConstraintError) an axis that reaches the kernel's output (tile_output's
-case), meets itself (two axes of one value), passes a reshape that splits or merges it
-(one that keeps it whole is followed), a pe slice or concat that cuts it, or whose values
-do not all split into the tiles.
+case), meets itself (two axes of one value), passes a reshape, a pe slice or concat
+that cuts it, or whose values do not all split into the tiles.
 """
 
 from __future__ import annotations

@@ -10,8 +10,7 @@ in-order DMA queue streams while the PEs work (docs/machine.md, section 2).
 
 The rewrite is exact: every block computes the same elements with the same operations.
 It refuses (ConstraintError) a kernel whose work mixes the rows of the axis: a reduction
-or a pe concat or slice along it, a reshape that splits or merges it, a value needed both
-whole and in blocks.
+or a pe concat or slice along it, a reshape, a value needed both whole and in blocks.
 """
 
 from __future__ import annotations
