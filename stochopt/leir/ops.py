@@ -331,7 +331,7 @@ register(Op(
     "reshape(x, shape): same elements in row-major order, free; spread factors may not be "
     "split or merged",
     R.reshape_rule, lambda a, attrs: np.reshape(a[0], attrs["shape"]),
-    lambda machine, ins, out, attrs: C.FREE, T.reshaping))
+    lambda machine, ins, out, attrs: C.FREE, T.not_tiled))
 
 
 def _slice(args, attrs):

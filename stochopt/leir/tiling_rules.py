@@ -16,7 +16,6 @@ saying why the op mixes the rows of that axis (a reduction along it, a slice of 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from math import prod
 
 from stochopt.leir.types import TensorType
 
@@ -97,28 +96,10 @@ def made_per_tile(ins: Sequence[TensorType], out: TensorType, attrs: dict,
     return []
 
 
-def reshaping(ins: Sequence[TensorType], out: TensorType, attrs: dict,
+def not_tiled(ins: Sequence[TensorType], out: TensorType, attrs: dict,
               axis: int) -> list[int | None]:
-    """reshape: an axis it keeps whole (the same size, as many elements before it) is
-    cut with the operand's; one it splits or merges mixes rows of the tiles."""
-    kept = kept_axis(ins[0].shape, out.shape, axis)
-    if kept is None:
-        raise NotTiled("the tiled axis does not go through it: it splits or merges "
-                       "that axis")
-    return [kept]
-
-
-def kept_axis(before: tuple[int, ...], after: tuple[int, ...], axis: int) -> int | None:
-    """The axis of ``before`` that a reshape to ``after`` keeps as ``after``'s ``axis``:
-    the same size with the same count of elements before it (row-major), so a block of
-    it is the same block on either side. None when the reshape splits or merges it."""
-    if after[axis] == 1:
-        return None
-    outer = prod(after[:axis])
-    for j, size in enumerate(before):
-        if size == after[axis] and prod(before[:j]) == outer:
-            return j
-    return None
+    """reshape: rows of the result need not be rows of the operand."""
+    raise NotTiled("the tiled axis does not go through it")
 
 
 def broadcast_axis(shape: tuple[int, ...], out_rank: int, axis: int) -> int | None:

@@ -32,7 +32,6 @@ from stochopt.errors import ConstraintError
 from stochopt.leir.ir import Kernel, Node
 from stochopt.leir.ops import ELEMENTWISE, OPS
 from stochopt.leir.rules import Const
-from stochopt.leir.tiling_rules import kept_axis
 from stochopt.transform.edit import rebuild
 from stochopt.transform.tiling import TILE_COUNTS, dram_slice, refuse, strict_remap, tile_attrs
 
@@ -135,12 +134,8 @@ def _links(k: Kernel, i: int) -> list[tuple[int, int, int]]:
     ins = [a for a in n.args if not isinstance(a, Const)]
     rank = len(n.type.shape)
     out: list[tuple[int, int, int]] = []
-    if n.op in ("input", "full", "load") or n.type.location == "dram":
-        return out  # loads are cut through their DRAM slice
-    if n.op == "reshape":  # only through an axis it keeps whole
-        before = k.nodes[ins[0]].type.shape
-        kept = [(ax, kept_axis(before, n.type.shape, ax)) for ax in range(rank)]
-        return [(ax, ins[0], j) for ax, j in kept if j is not None]
+    if n.op in ("input", "full", "load", "reshape") or n.type.location == "dram":
+        return out  # loads are cut through their DRAM slice; reshape is not followed
     kind = OPS[n.op].kind
     if kind == ELEMENTWISE or n.op in ("broadcast_to", "relayout", "slice", "concat"):
         for j in ins:
@@ -190,9 +185,8 @@ def _follow(k: Kernel, start: tuple[int, int]) -> dict[int, int]:
             raise refuse(k, i, "two of its axes run along the tiled axis", WHAT)
         if i in axis_of:
             continue
-        if k.nodes[i].op == "reshape" and not any(a == ax for a, _, _ in _links(k, i)):
-            raise refuse(k, i, "the tiled axis does not go through reshape: it splits or "
-                         "merges that axis", WHAT)
+        if k.nodes[i].op == "reshape":  # reached from a reader: its own rule is not followed
+            raise refuse(k, i, "the tiled axis does not go through reshape", WHAT)
         if k.nodes[i].op in ("slice", "concat") and \
                 not any(a == ax for a, _, _ in _links(k, i)):
             # its operand's axis is longer than its own: tile t would need the operand's

@@ -171,7 +171,7 @@ def tile_attrs(k: Kernel, i: int, ax: int, tiles: int, what: str = "the output")
     attrs = dict(n.attrs)
     if "layout" in attrs:
         attrs["layout"] = _shrink(attrs["layout"], ax, tiles, k, i, what)
-    if "shape" in attrs:  # full, broadcast_to, reshape
+    if "shape" in attrs:  # full, broadcast_to
         shape = list(attrs["shape"])
         shape[ax] //= tiles
         attrs["shape"] = tuple(shape)

@@ -1,7 +1,5 @@
 """tile_reduction: a reduced axis cut into tiles, partial results combined once."""
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -12,7 +10,6 @@ from stochopt.backend.cost import cost
 from stochopt.backend.emulate import emulate, random_inputs
 from stochopt.errors import ConstraintError
 from stochopt.leir import parse, render, typecheck
-from stochopt.leir.tiling_rules import kept_axis
 from stochopt.lower import lower
 from stochopt.machine import MNCORE2, SMALL
 from stochopt.transform.reduce_tiling import tile_reduction, where_tile_reduction
@@ -124,48 +121,3 @@ def test_an_axis_cut_by_a_slice_is_refused_not_tiled_from_the_wrong_rows():
     [site] = where_tile_reduction(kernel)
     with pytest.raises(ConstraintError, match="slice .*cuts the tiled axis"):
         tile_reduction(kernel, site, SMALL)
-
-
-@pytest.mark.parametrize("before, after, axis, kept", [
-    ((4096, 64), (8, 8, 4096), 2, None),       # not the 4,096 rows: merged columns
-    ((64, 4096), (8, 8, 4096), 2, 1),          # the last axis kept whole, 64 rows split
-    ((16, 4096), (16, 8, 512), 1, None),       # split: 8 is not a block of 4096's rows
-    ((16, 4096), (16, 8, 512), 0, 0),          # the axis before the split kept
-    ((2, 3, 4), (6, 4), 1, 2),
-    ((2, 3, 4), (6, 4), 0, None),              # merged
-    ((1, 8), (8,), 0, 1),
-    ((8,), (1, 8), 0, None),                   # a size-1 axis is never a tile's
-])
-def test_a_reshape_keeps_an_axis_only_whole_and_after_as_many_elements(before, after, axis,
-                                                                     kept):
-    assert kept_axis(before, after, axis) == kept
-
-
-def test_an_axis_a_reshape_keeps_whole_is_tiled_through_it():
-    # y regroups the rows of x but keeps its columns, the reduced axis, whole
-    kernel = parse('''def k(x: "f32[8,16] @ dram") -> "f32[8,1] @ dram":
-    xs = load(x, "(8,16)/((8),(16))")
-    y = reshape(xs, (2, 4, 16))
-    t = reshape(reduce_sum(y, axis=2, keepdims=True), (8, 1))
-    return store(t + reduce_max(xs, axis=1, keepdims=True))
-''', "small")
-    tiled = tile_reduction(kernel, (_seed(kernel, "reduce_max"), 2), SMALL)
-    assert [n.attr("shape") for n in tiled.nodes if n.op == "reshape"][:2] == [
-        (2, 4, 8), (2, 4, 8)]
-    assert [n.op for n in tiled.nodes].count("maximum") == 1
-    inputs = random_inputs(kernel, seed=3)
-    np.testing.assert_allclose(emulate(tiled, inputs, exact=True),
-                               emulate(kernel, inputs, exact=True), rtol=1e-12)
-
-
-def test_mla_decodes_positions_tile_through_the_reshapes_that_keep_them():
-    # the kernel of a 5-minute run: q's 64 and 512 columns are cut into matmul batches
-    # by reshapes that keep the 4,096 positions whole; before, those refused the tiling
-    spec = load_spec("specs/mla_decode.py")
-    kernel = parse((Path(__file__).parent / "fixtures" / "mla_decode_12782.leir").read_text())
-    site = next(i for i, n in enumerate(kernel.nodes) if n.op == "matmul"
-                and kernel.nodes[n.args[0]].type.shape == (16, 4096))
-    tiled = tile_reduction(kernel, (site, 2), MNCORE2)
-    assert typecheck(tiled, MNCORE2) == tiled
-    assert sum(n.op == "reshape" and n.type.shape[-1] == 2048 for n in tiled.nodes) == 4
-    assert check(tiled, spec, examples=6, baseline=kernel).equivalent

@@ -96,22 +96,6 @@ def test_reductions_tile_along_the_axes_they_keep():
         tile_output(kept, (0, 2), SMALL)
 
 
-def test_a_reshape_that_keeps_the_tiled_axis_whole_is_cut_with_it():
-    text = '''def k(x: "f32[8,16] @ dram") -> "f32[8,2] @ dram":
-    xs = load(x, "(8,16)/((2_L2B,4_MAB),(16))")
-    return store(reduce_sum(reshape(xs, (8, 2, 8)), axis=2))
-'''
-    kernel = parse(text, "small")
-    tiled = tile_output(kernel, (0, 2), SMALL)  # each block of 4 rows, reshaped alone
-    assert [n.attr("shape") for n in tiled.nodes if n.op == "reshape"] == [(4, 2, 8)] * 2
-    x = {"x": np.arange(128, dtype=np.float32).reshape(8, 16)}
-    assert np.array_equal(emulate(tiled, x), emulate(kernel, x))
-    split = parse(text.replace("(8, 2, 8)", "(2, 4, 16)").replace("f32[8,2]", "f32[2,4]"),
-                  "small")  # the output's rows are blocks of x's: not one block each
-    with pytest.raises(ConstraintError, match="splits or merges"):
-        tile_output(split, (1, 2), SMALL)
-
-
 def test_only_a_single_store_is_tiled():
     _, kernel = lowered("vector_add")
     assert where_tile_output(kernel) == [(0, 2), (0, 4), (0, 8)]
