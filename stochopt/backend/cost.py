@@ -84,35 +84,47 @@ class _Memory:
     parts on the first units of each level, so PE 0 holds a part of every pe value and
     the sum of local bytes is the most any one PE holds.
 
-    The allocations and releases are kept as events in time order as they come (a
-    tiled kernel near the PEs' capacity asks where each of its ~200 values fits, and
-    sorting every value's events again for each one was most of its costing).
+    Near the capacity (a tiled kernel asks where each of its ~200 values fits) the
+    allocations and releases are kept as events in time order as they come, from the
+    first question that needs them on: sorting every value's events again for each
+    question was most of such a kernel's costing, and keeping them from the start cost
+    a kernel whose questions the released values answer a tenth of its costing.
     """
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.held: dict[int, list] = {}  # root node -> [start, release, bytes]
         self.total = 0                    # bytes of everything held: an upper bound
-        # events in time order, keyed 2 * time (+ 1 for an allocation: at equal times
-        # releases come first), and the bytes each adds (or frees, negative)
-        self.keys: list[int] = []
-        self.deltas: list[int] = []
         self.released: list[tuple[int, int]] = []  # heap of (release, node)
+        # once indexed: the events in time order, keyed 2 * time (+ 1 for an
+        # allocation: at equal times releases come first), and the bytes each adds (or
+        # frees, negative)
+        self.keys: list[int] | None = None
+        self.deltas: list[int] = []
 
     def hold(self, node: int, start: int, nbytes: int) -> None:
         self.held[node] = [start, None, nbytes]
         self.total += nbytes
-        self._event(2 * start + 1, nbytes)
+        if self.keys is not None:
+            self._event(2 * start + 1, nbytes)
 
     def release(self, node: int, at: int) -> None:
         h = self.held.get(node)
         if h is None:
             return
-        if h[1] is not None:
-            self._forget(2 * h[1], -h[2])
+        if self.keys is not None:
+            if h[1] is not None:
+                self._forget(2 * h[1], -h[2])
+            self._event(2 * at, -h[2])
         h[1] = at
-        self._event(2 * at, -h[2])
         heappush(self.released, (at, node))
+
+    def _index(self) -> None:
+        """The events of what is held now, kept in order from now on."""
+        events = sorted([(2 * start + 1, nbytes) for start, _, nbytes in self.held.values()]
+                        + [(2 * release, -nbytes) for _, release, nbytes in
+                           self.held.values() if release is not None])
+        self.keys, self.deltas = [e[0] for e in events], [e[1] for e in events]
 
     def _event(self, key: int, delta: int) -> None:
         at = bisect_right(self.keys, key)
@@ -133,8 +145,9 @@ class _Memory:
             if h is not None and h[1] == at:
                 del self.held[node]
                 self.total -= h[2]
-                self._forget(2 * h[0] + 1, h[2])
-                self._forget(2 * at, -h[2])
+                if self.keys is not None:
+                    self._forget(2 * h[0] + 1, h[2])
+                    self._forget(2 * at, -h[2])
 
     def earliest_fit(self, t: int, nbytes: int, floor: int) -> int | None:
         """The earliest time >= t from which nbytes more fit for good; None if never.
@@ -144,6 +157,8 @@ class _Memory:
         self._drop_released_by(floor)
         if self.total + nbytes <= self.capacity:
             return t
+        if self.keys is None:
+            self._index()
         keys, deltas = self.keys, self.deltas
 
         def fits(at: int) -> bool:
