@@ -2,7 +2,8 @@
 
 From a wanted interval for a node, walk the value graph back to the kernel's inputs
 through the ops that can be inverted on intervals: movement and shape ops (the same
-values), neg, a constant added, subtracted, multiplied or divided, exp and log, sqrt,
+values), neg, a constant added, subtracted, multiplied or divided, two values added or
+subtracted (half of the interval each: both near 0 for a sum near 0), exp and log, sqrt,
 rsqrt, reciprocal, tanh, abs (both signs), casts, comparisons with a constant (true
 or false wanted), and reductions, where a whole row takes one value (a max, a min or a
 mean of a constant row is that value; a sum over n is n of them); and a row's range,
@@ -14,8 +15,9 @@ into its two branches, both its condition and the branch wanted; goals on one in
 intersect). A goal whose interval misses the input's declared range is dropped: along
 that path the wanted values are out of reach.
 
-This is a heuristic, not a solver: it follows one operand where two tensors meet only
-when the other is a constant, and it says nothing about the rest of the kernel. The
+This is a heuristic, not a solver: where two tensors meet it follows one operand when
+the other is a constant, both only for a sum or a difference (each half the interval),
+and it says nothing about the rest of the kernel. The
 directed search (directed.py) builds inputs from the goals and keeps those that
 reach the side they were built for.
 """
@@ -84,10 +86,16 @@ def backprop(kernel: Kernel, node: int, want: Interval, rows: bool = False,
         return back(tensors[0], (low, top)) + back(tensors[0], (-top, -low))
     if op == "sub" and len(tensors) == 2 and not consts:
         ranged = _row_range(kernel, n.args[0], n.args[1])
-        if ranged is None:
-            return []
-        source, sign = ranged
-        return _spread(kernel, source, (lo, hi) if sign > 0 else (-hi, -lo), depth + 1)
+        if ranged is not None:
+            source, sign = ranged
+            return _spread(kernel, source, (lo, hi) if sign > 0 else (-hi, -lo), depth + 1)
+        a, b = n.args  # else half of the interval each way, as for add
+        return both(back(a, (lo / 2, hi / 2)), back(b, (-hi / 2, -lo / 2)))[:MAX_ALTERNATIVES]
+    if op == "add" and len(tensors) == 2 and not consts:
+        # half of the interval each: one way among many, and the only one where both
+        # terms cannot go below 0 (|a| + |b| near 0 needs both near 0)
+        a, b = n.args
+        return both(back(a, (lo / 2, hi / 2)), back(b, (lo / 2, hi / 2)))[:MAX_ALTERNATIVES]
     if len(tensors) == 1 and len(consts) == 1 and op in ("add", "sub", "mul", "div"):
         return _affine(n, tensors[0], consts[0], lo, hi, back)
     if len(tensors) != 1 or consts:

@@ -20,10 +20,14 @@ whose sign says which way the decision goes:
                                                            changes the value
     reduce over some columns     max(rest) - max(these)    the rest holds the extreme
       of a value (a subset)      (min alike, sums by size)
+    exp, tanh of a steep operand its operand               a switch written as
+      (x scaled by 1e3 or more,                            arithmetic: exp(-1e30 d) is
+      and reaching 1e3 or more)                            1 where d = 0, else 0
 
 Each target has three *sides* (a path one): below (a margin < 0 somewhere), above (> 0
 somewhere) and the band around the boundary (|margin| <= BAND of the operands' size, or
-exactly 0). The range analysis says which sides no legal input can reach, by the
+exactly 0; for a switch, the operand within SWITCH_BAND of 0, where exp and tanh are
+neither saturated nor flushed). The range analysis says which sides no legal input can reach, by the
 margin's interval or its relations (x == max(x) is never above): those are named as
 such, the declared ranges making them dead.
 """
@@ -47,6 +51,12 @@ BF16_WHOLE = 256.0
 # an added constant is a guard (an eps) when it is this far below its operand's reach,
 # and small itself (1 + exp(-z) is a sigmoid's denominator, not a guard)
 GUARD, GUARD_MAX = 1e-6, 1e-2
+# exp or tanh is a switch when its operand is some value scaled by at least STEEP and
+# reaches at least STEEP in the declared ranges: it saturates (or flushes to 0) on all but
+# a sliver of the value's range, which no random input meets. Its band is where the
+# operand lies within SWITCH_BAND of 0 (tanh(16) is 1 - 3e-14, exp(-16) is 1e-7)
+SWITCHES = ("exp", "tanh")
+STEEP, SWITCH_BAND = 1e3, 16.0
 
 
 @dataclass(frozen=True)
@@ -54,7 +64,8 @@ class Target:
     """One decision point of the candidate: its node and how to read its margin."""
     node: int
     op: str
-    kind: str  # "compare", "clamp", "select", "mask", "path", "cast", "subset", "guard"
+    kind: str  # "compare", "clamp", "select", "mask", "path", "cast", "subset", "guard",
+    # "switch"
     text: str            # what it is, in the kernel's terms ("line 7: lt(var, 1e-07)")
     left: int | float    # margin = left - right (a node's value or a number)
     right: int | float
@@ -164,6 +175,8 @@ def _dead(target: Target, analysis) -> frozenset[str]:
             limits = analysis.rel.bounded_by(target.left, target.right, (lo_b, hi_b))
             if limits is not None:
                 lo, hi = max(lo, limits[0]), min(hi, limits[1])
+    if target.kind == "switch":
+        size = SWITCH_BAND / BAND
     if np.isnan(lo) or np.isnan(hi):
         return frozenset()
     dead = set()
@@ -243,10 +256,44 @@ def _target(kernel: Kernel, i: int, counted, analysis) -> Target | None:
         if 0 < c <= GUARD_MAX and c < GUARD * reach:  # x + eps: eps matters at its scale
             what = f"{_text(kernel, i)}, a guard {c:g} against {_name(kernel, node.inputs[0])}"
             return Target(i, op, "guard", what, node.inputs[0], c)
+    if op in SWITCHES and isinstance(node.args[0], int):
+        slope, value = steep_slope(kernel, node.args[0])
+        reach = max(abs(v) for v in analysis.intervals[node.args[0]])
+        if abs(slope) >= STEEP and reach >= STEEP:
+            what = (f"{op}({_name(kernel, node.args[0])}), a switch: "
+                    f"{_name(kernel, value)} scaled by {slope:g}")
+            return Target(i, op, "switch", _text(kernel, i, what), node.args[0], 0.0)
     if i in counted and node.type.dtype == "bf16":  # a count held in bf16: past 256?
         what = f"{_name(kernel, i)} = {node.op}(...), a count held in bf16"
         return Target(i, op, "cast", _text(kernel, i, what), i, BF16_WHOLE)
     return None
+
+
+def steep_slope(kernel: Kernel, arg: int) -> tuple[float, int]:
+    """(k, v) where arg is k * v + c through constant scales, shifts and negations (k 1
+    and v arg when it is none of those)."""
+    slope, node = 1.0, arg
+    while True:
+        n = kernel.nodes[node]
+        consts = [float(a.value) for a in n.args if isinstance(a, Const)]
+        if n.op == "neg":
+            slope, node = -slope, n.args[0]
+        elif n.op in ("add", "sub", "mul", "div") and len(n.inputs) == 1 and consts:
+            src, c = n.inputs[0], consts[0]
+            if n.op == "mul":
+                slope *= c
+            elif n.op == "div":
+                if n.args[0] != src or c == 0:
+                    break
+                slope /= c
+            elif n.op == "sub" and n.args[1] == src:
+                slope = -slope
+            node = src
+        else:
+            break
+        if not np.isfinite(slope) or slope == 0:
+            break
+    return slope, node
 
 
 def _subset(kernel: Kernel, i: int, relations) -> Target | None:
@@ -292,6 +339,9 @@ def margin(target: Target, values: dict[int, np.ndarray]) -> tuple[np.ndarray, n
                 m = np.where(np.broadcast_to(x != y, np.broadcast_shapes(
                     m.shape, np.shape(x), np.shape(y))), m, np.nan)
             return m, np.ones_like(m)
+        if target.kind == "switch":  # the operand itself, its band SWITCH_BAND wide
+            x = np.nan_to_num(value(target.left), nan=0.0)
+            return x, np.full_like(x, SWITCH_BAND / BAND)
         threshold = magnitude_threshold(target)
         if threshold is not None:
             x = value(target.left)

@@ -35,7 +35,7 @@ from stochopt.verify import traced
 from stochopt.verify.backprop import Alternative, backprop, both, realize
 from stochopt.verify.boundary import exact_boundary
 from stochopt.verify.coverage import Coverage
-from stochopt.verify.decisions import BAND, BF16_WHOLE, Target
+from stochopt.verify.decisions import BAND, BF16_WHOLE, SWITCH_BAND, Target
 from stochopt.verify.moves import (
     FLOAT_MOVES,
     MASK_MOVES,
@@ -418,6 +418,12 @@ def _wanted(target: Target, side: str, near: bool = False
             return [(target.left, (-BF16_WHOLE + 1, BF16_WHOLE - 1))]
         reach = BF16_WHOLE + 8 if near else np.inf
         return [(target.left, (BF16_WHOLE + 1, reach)), (target.left, (-reach, -BF16_WHOLE - 1))]
+    if target.kind == "switch":  # the steep operand into the live band, or past it
+        if near:
+            return []
+        w = SWITCH_BAND
+        return [(target.left, {"band": (-w, w), "below": (-np.inf, -w),
+                               "above": (w, np.inf)}[side])]
     if target.kind == "guard":  # |x| against the guard, either sign
         c = float(target.right)
         eps = BAND * c / 2

@@ -99,3 +99,43 @@ def test_a_value_against_its_own_row_max_is_never_above_it(spec_and_baseline):
                    "    return store(right + reduce_sum(hot, axis=1, keepdims=True) * 0.0)\n")
     target = next(t for t in _targets(text, spec_and_baseline) if t.op == "eq")
     assert target.dead == {"above"}
+
+
+ROTARY = "specs/rotary.py"
+IDENTITY_SWITCH = "tests/verify/corpus/wrong/rotary__identity_rows_swapped.leir"
+
+
+def test_a_steep_exp_is_a_switch_whose_band_back_propagates_to_the_inputs(
+        spec_and_baseline, repo):
+    from stochopt.verify.backprop import backprop
+
+    spec, baseline = spec_and_baseline(ROTARY)
+    kernel = parse((repo / IDENTITY_SWITCH).read_text())
+    (target,) = decision_targets(kernel, baseline, declared_ranges(spec))
+    assert target.kind == "switch" and "scaled by -1e+30" in target.text
+    assert target.dead == {"above"}  # exp(-1e30 d) with d >= 0: never past +16
+    # into the band: |c - 1| + |s| near 0 on whole rows, both terms at once
+    goals = {g.input: g for alt in backprop(kernel, target.left, (-16.0, 16.0))
+             for g in alt}
+    assert goals["cos"].rows and goals["sin"].rows
+    assert goals["cos"].interval[0] >= 1 - 1e-20 and goals["cos"].interval[1] <= 1 + 1e-20
+    assert abs(goals["sin"].interval[0]) <= 1e-20 and abs(goals["sin"].interval[1]) <= 1e-20
+
+
+def test_a_gentle_exp_is_no_switch(spec_and_baseline):
+    spec, baseline = spec_and_baseline(ROTARY)
+    text = ("# spec: specs/rotary.py\n"
+            'def kernel(x: "f32[256,128] @ dram", cos: "f32[256,64] @ dram", '
+            'sin: "f32[256,64] @ dram") -> "f32[256,128] @ dram":\n'
+            '    xs = load(x, "(256,128)/((8_L2B,8_L1B,4_MAB),(128))")\n'
+            '    c = load(cos, "(256,64)/((8_L2B,8_L1B,4_MAB),(64))")\n'
+            '    s = load(sin, "(256,64)/((8_L2B,8_L1B,4_MAB),(64))")\n'
+            "    x1 = xs[0:256, 0:64]\n    x2 = xs[0:256, 64:128]\n"
+            "    g = exp(c * 0.001) * exp(s * -100.0)\n"
+            "    return store(concat([x1 * c - x2 * s + g * 0.0, x2 * c + x1 * s], axis=1))\n")
+    kinds = [t.kind for t in _targets_of(text, spec, baseline)]
+    assert "switch" not in kinds  # slopes of 1e-3 and 100: exp lives over most of the range
+
+
+def _targets_of(text: str, spec, baseline):
+    return decision_targets(parse(text), baseline, declared_ranges(spec))
