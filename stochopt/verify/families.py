@@ -21,12 +21,17 @@ fits, always inside the spec's declared ranges:
     kept_per_row    bool: exactly k true per row, k log-spaced from 1 to all
     kept_per_column bool: exactly k true per column
     dropped_per_row bool: all but k true per row
+    prefix_per_row  bool: each row true on a prefix of its own length (a padding or
+                    causal mask), or on a suffix
 
     mask_top_k / mask_bottom_k         a mask keeping the k largest / smallest values of
                                        a float input of its shape, per row
     query_equal / query_opposite /     rows of q equal, opposite or orthogonal to rows of
     query_orthogonal                   k (same leading and last axes), scaled into range
     opposite                           one input the negation of another
+    rotation                           two inputs of one shape (ranges holding [-1, 1])
+                                       a rotary table: cos and sin of position x
+                                       frequency, so cos^2 + sin^2 = 1 everywhere
 
 A link's pair is one of the pairs that fit, chosen by the recipe's seed, or the one
 named after a colon (`opposite:1`, the second pair).
@@ -57,9 +62,11 @@ SMALLEST = {"f32": float(np.finfo(np.float32).smallest_subnormal),
 
 FLOAT_FAMILIES = ("scaled", "mixed_scales", "signed_zeros", "spread", "integers",
                   "equal_rows", "shifted_rows", "rolled_rows", "row_ties")
-BOOL_FAMILIES = ("kept_per_row", "kept_per_column", "dropped_per_row")
+BOOL_FAMILIES = ("kept_per_row", "kept_per_column", "dropped_per_row", "prefix_per_row")
 FAMILY_LINKS = ("mask_top_k", "mask_bottom_k", "query_equal", "query_opposite",
-                "query_orthogonal", "opposite")
+                "query_orthogonal", "opposite", "rotation")
+# the rotary table's base: frequencies base^(-j/n) along a row, positions down the rows
+ROTARY_BASE = 10000.0
 # families built only for every float input at once (strategies.family_recipes)
 JOINT_FAMILIES = ("corners",)
 
@@ -102,6 +109,8 @@ def parameters(pattern: str, t: TensorSpec) -> tuple[float, ...]:
         return scales(t)
     if pattern == "spread":
         return SPREADS
+    if pattern == "prefix_per_row":
+        return (0.0, 1.0)  # a prefix or a suffix
     if pattern in ("kept_per_row", "dropped_per_row", "row_ties"):
         return tuple(float(k) for k in KEPT if k < n) + (float(n),)
     if pattern == "kept_per_column":
@@ -198,6 +207,10 @@ def _mask(pattern: str, parameter: float, rng, shape) -> np.ndarray:
         return np.swapaxes(_mask("kept_per_row", parameter, rng,
                                  shape[:-2] + (shape[-1], shape[-2])), -1, -2)
     n = shape[-1]
+    if pattern == "prefix_per_row":  # lengths 1..n, each row its own
+        rows = int(np.prod(shape[:-1], dtype=np.int64)) if len(shape) > 1 else 1
+        keep = np.arange(n)[None, :] < rng.integers(1, n + 1, size=(rows, 1))
+        return (keep[:, ::-1] if parameter else keep).reshape(shape)
     rank = np.argsort(np.argsort(rng.random(shape), axis=-1), axis=-1)
     keep = rank < min(k, n)
     return ~keep if pattern == "dropped_per_row" else keep
@@ -216,6 +229,10 @@ def link_pairs(spec: Spec, link: str) -> list[tuple[str, str]]:
         return [(f, m) for m in masks for f in floats if shape[f] == shape[m]]
     if link == "opposite":
         return [(a, b) for a in floats for b in floats if a != b and shape[a] == shape[b]]
+    if link == "rotation":
+        unit = [n for n in floats if spec.inputs[n].bounds[0] <= -1.0
+                and spec.inputs[n].bounds[1] >= 1.0]
+        return [(a, b) for a in unit for b in unit if a != b and shape[a] == shape[b]]
     if link.startswith("query_"):
         return [(k, q) for q in floats for k in floats if q != k and _alignable(shape[q],
                                                                                 shape[k])]
@@ -245,9 +262,21 @@ def apply_link(spec: Spec, arrays: dict[str, np.ndarray], link: str,
         out[made] = order < k
     elif name == "opposite":
         out[made] = np.clip(-x, lo, hi)
+    elif name == "rotation":
+        out[source], out[made] = rotary_table(x.shape)
     else:
         out[made] = _query(x, spec.inputs[made].shape, name, lo, hi, rng)
     return out
+
+
+def rotary_table(shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin of position x frequency: row r of the last two axes is position r,
+    column j frequency ROTARY_BASE^(-j/n)."""
+    n = shape[-1]
+    rows = shape[-2] if len(shape) > 1 else 1
+    angle = np.arange(rows)[:, None] * ROTARY_BASE ** (-np.arange(n)[None, :] / n)
+    angle = np.broadcast_to(angle.reshape((rows, n) if len(shape) > 1 else (n,)), shape)
+    return np.cos(angle), np.sin(angle)
 
 
 def _query(k: np.ndarray, shape: tuple[int, ...], link: str, lo: float, hi: float,

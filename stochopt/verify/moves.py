@@ -16,8 +16,11 @@ parameter); the AFL-style loop draws moves and parameters at random.
     copy_row    one row copied over another (equal rows, ties)
     ties        each row's max copied to k places (k from 1 to the whole row: a count
                 of ties at the max past what bf16 counts)
+    sort        about half the rows sorted, increasing (v > 0) or decreasing: runs
     kept        exactly k true per row (masks)
     flip        a tenth of a mask's values flipped
+    prefix      every row true on a prefix of its own length (v = 0) or a suffix: the
+                padding and causal masks (masks)
     negate_from / copy_from    x = -y or y for an input y of the same shape
 """
 
@@ -30,8 +33,8 @@ from stochopt.verify.families import KEPT
 from stochopt.verify.strategies import representable
 
 FLOAT_MOVES = ("fill", "fill_row", "fill_some", "scale", "spread", "shift", "extreme",
-               "integers", "copy_row", "ties", "negate_from", "copy_from")
-MASK_MOVES = ("kept", "flip", "fill_row", "fill")
+               "integers", "copy_row", "ties", "sort", "negate_from", "copy_from")
+MASK_MOVES = ("kept", "flip", "fill_row", "fill", "prefix")
 SCALES = tuple(10.0 ** -k for k in (0.5, 1, 2, 3, 5, 8, 12, 20, 30, 37, 40, 44))
 
 
@@ -78,6 +81,10 @@ def move(spec: Spec, inputs: dict[str, np.ndarray], name: str, kind: str, value:
         elif kind == "flip":
             flip = rng.random(rows.shape) < 0.1
             rows[flip] = ~rows[flip]
+        elif kind == "prefix":
+            n = rows.shape[1]
+            keep = np.arange(n)[None, :] < rng.integers(1, n + 1, size=(rows.shape[0], 1))
+            rows[:] = keep[:, ::-1] if value else keep
         elif kind == "fill_row":
             rows[r] = bool(value)
         else:
@@ -103,6 +110,11 @@ def move(spec: Spec, inputs: dict[str, np.ndarray], name: str, kind: str, value:
         rows[:] = np.rint(rows)
     elif kind == "copy_row":
         rows[r] = rows[rng.integers(rows.shape[0])]
+    elif kind == "sort":
+        pick = rng.random(rows.shape[0]) < 0.5
+        pick[r] = True
+        ordered = np.sort(rows[pick], axis=1)
+        rows[pick] = ordered if value > 0 else ordered[:, ::-1]
     elif kind == "ties":
         rank = np.argsort(np.argsort(rng.random(rows.shape), axis=1), axis=1)
         rows[:] = np.where(rank < int(value), rows.max(axis=1, keepdims=True), rows)
@@ -135,7 +147,7 @@ def parameters(spec: Spec, name: str, kind: str, constants: list[float]) -> list
     n = t.shape[-1] if t.shape else 1
     if t.dtype == "bool":
         return [float(k) for k in KEPT if k < n] + [float(n), 0.0] if kind == "kept" \
-            else [1.0, 0.0]
+            else [0.0, 1.0] if kind == "prefix" else [1.0, 0.0]
     if kind == "ties":
         return [float(k) for k in KEPT if k < n] + [float(n)]
     if kind in ("fill", "fill_row", "fill_some"):
@@ -147,7 +159,7 @@ def parameters(spec: Spec, name: str, kind: str, constants: list[float]) -> list
     if kind == "shift":
         width = hi - lo
         return [s * width * d for d in (1.0, -1.0) for s in (0.5, 0.1, 1e-2, 1e-4)]
-    if kind == "extreme":
+    if kind in ("extreme", "sort"):
         return [1.0, -1.0]
     if kind in ("negate_from", "copy_from"):
         return [0.5, 1.0, 0.1]  # the share of elements taken from the other input

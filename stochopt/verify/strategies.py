@@ -63,7 +63,8 @@ class Recipe:
 
 # what a family's parameter (Recipe.fraction) means, for describe()
 FAMILY_PARAMETER = {"scaled": "scale", "spread": "spread", "row_ties": "k",
-                    "kept_per_row": "k", "kept_per_column": "k", "dropped_per_row": "k"}
+                    "kept_per_row": "k", "kept_per_column": "k", "dropped_per_row": "k",
+                    "prefix_per_row": "suffix"}
 
 
 FRACTIONS = (0.5, 0.1, 0.9, 0.25)

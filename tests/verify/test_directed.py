@@ -136,6 +136,22 @@ def test_moves_keep_inputs_legal_and_walk_the_kernels_thresholds(spec_and_baseli
     assert (kept["mask"].sum(axis=1) == 3).all()
 
 
+def test_sort_and_prefix_moves_make_runs_and_padding_masks(spec_and_baseline):
+    spec, _ = spec_and_baseline(ROWS)
+    start = random_spec_inputs(spec, 0)
+    for up in (1.0, -1.0):
+        x = move(spec, start, "x", "sort", up, np.random.default_rng(2))["x"]
+        steps = np.diff(x, axis=1) * up
+        runs = (steps >= 0).all(axis=1)
+        assert 0 < runs.sum() < len(x)  # about half the rows sorted, the rest as they were
+        assert (np.sort(x, axis=1) == np.sort(start["x"], axis=1)).all()
+    for suffix in (0.0, 1.0):
+        m = move(spec, start, "mask", "prefix", suffix, np.random.default_rng(2))["mask"]
+        rows = m[:, ::-1] if suffix else m
+        n = rows.sum(axis=1)
+        assert (rows == (np.arange(m.shape[1]) < n[:, None])).all() and n.min() >= 1
+
+
 def test_a_fast_path_behind_a_rare_condition_is_refused(spec_and_baseline):
     spec, baseline = spec_and_baseline(ROWS)
     for seed in (0, 1):

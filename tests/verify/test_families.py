@@ -156,3 +156,34 @@ def test_every_seed_puts_products_of_inputs_on_the_subnormal_grid_in_a_full_chec
         smallest_normal = float(np.finfo(np.float32).tiny)
         spacing = float(np.finfo(np.float32).smallest_subnormal)
         assert 2 * spacing < typical < smallest_normal / 2**16
+
+
+@pytest.mark.parametrize("suffix", [0.0, 1.0])
+def test_prefix_masks_keep_a_prefix_of_its_own_length_per_row(suffix):
+    shape = (6, 40, 64)
+    t = tensor("bool", shape)
+    m = family_tensor(t, "prefix_per_row", suffix, np.random.default_rng(3))
+    rows = m.reshape(-1, shape[-1])
+    if suffix:
+        rows = rows[:, ::-1]
+    lengths = rows.sum(axis=1)
+    assert lengths.min() >= 1 and lengths.max() <= shape[-1] and len(set(lengths)) > 20
+    assert (rows == (np.arange(shape[-1])[None, :] < lengths[:, None])).all()
+
+
+def test_the_rotation_link_makes_a_rotary_table_of_two_inputs():
+    @spec(inputs={"x": tensor("f32", (16, 8), low=-4.0, high=4.0),
+                  "c": tensor("f32", (16, 4), low=-1.0, high=1.0),
+                  "s": tensor("f32", (16, 4), low=-1.0, high=1.0),
+                  "w": tensor("f32", (16, 4), low=0.0, high=1.0)})
+    def rot(x, c, s, w):
+        return x
+
+    assert link_pairs(rot, "rotation") == [("c", "s"), ("s", "c")]  # w cannot hold -1
+    out = build_inputs(rot, {"x": Recipe("uniform", 1), "c": Recipe("uniform", 2,
+                                                                     link="rotation:0"),
+                             "s": Recipe("uniform", 3), "w": Recipe("uniform", 4)})
+    c, s = out["c"].astype(np.float64), out["s"].astype(np.float64)
+    assert np.abs(c * c + s * s - 1).max() < 1e-6
+    assert (c[0] == 1).all() and (s[0] == 0).all()  # position 0: the identity
+    assert len(np.unique(np.round(c, 4))) > 20
