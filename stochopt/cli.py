@@ -185,13 +185,17 @@ def specs(as_json: bool, machine: str) -> None:
               help="Where to save a counterexample's inputs (default KERNEL.counterexample.npz"
               " in the current folder).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--strict", is_flag=True, help="Exit 3 where no input was found wrong but a "
+              "side of one of the kernel's decision points that the declared ranges allow "
+              "was never reached (the kernel was not tested there).")
 @kernel_machine_option
 @click.pass_context
 def verify(ctx: click.Context, kernel_path: str, spec_path: str | None, name: str | None,
            examples: int, seed: int, inputs_npz: str | None, cex_path: str | None,
-           as_json: bool, machine: str | None) -> None:
+           as_json: bool, strict: bool, machine: str | None) -> None:
     """Check that a kernel computes its spec: exit 0 equivalent, 1 counterexample found,
-    2 invalid kernel, spec or arguments."""
+    2 invalid kernel, spec or arguments, 3 (with --strict) equivalent on every input tried
+    but not tested on every side of its decision points."""
     from stochopt import api
     from stochopt.verify import certificate
 
@@ -223,7 +227,11 @@ def verify(ctx: click.Context, kernel_path: str, spec_path: str | None, name: st
                           "--counterexample PATH in a folder you can write" if error else
                           f"  saved the input to {cex.path}; replay with --inputs {cex.path}",
                           highlight=False)
-    sys.exit(0 if verdict.equivalent else 1)
+    untested = verdict.equivalent and bool((verdict.coverage or {}).get("not_reached"))
+    if strict and untested and not as_json:
+        err_console.print("not tested on every side of its decision points (--strict): "
+                          "try more --examples or another --seed", highlight=False)
+    sys.exit(1 if not verdict.equivalent else 3 if strict and untested else 0)
 
 
 def _save_counterexample(cex, path: str) -> str | None:

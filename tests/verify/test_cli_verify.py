@@ -47,6 +47,19 @@ def test_an_equivalent_kernel_prints_equivalent():
     assert result.exit_code == 0 and "EQUIVALENT" in result.stdout
 
 
+UNTESTED = "tests/verify/corpus/wrong/layernorm__flat_row_fast_path.leir"
+
+
+def test_strict_exits_3_where_a_side_of_a_decision_point_went_untested():
+    # three inputs never put the variance in its flat-row band: equivalent on every
+    # input tried, but not tested where the fast path is taken
+    plain, strict = _run(UNTESTED, "--examples", 3), _run(UNTESTED, "--examples", 3, "--strict")
+    assert plain.exit_code == 0 and "NOT REACHED" in plain.stdout, plain.output
+    assert strict.exit_code == 3, strict.output
+    assert "lt(var, 1e-07) band" in strict.stdout and "--strict" in strict.stderr
+    assert _run(FAST, "--examples", 12, "--strict").exit_code == 0
+
+
 def test_a_wrong_kernel_exits_1_and_saves_a_counterexample(tmp_path):
     npz = tmp_path / "cex.npz"
     result = _run(WRONG, "--examples", 20, "--counterexample", npz)
