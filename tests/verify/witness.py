@@ -26,6 +26,7 @@ sys.path.insert(0, str(REPO))
 from stochopt.leir import parse  # noqa: E402
 from stochopt.lower import lower  # noqa: E402
 from stochopt.spec import Spec, load_spec  # noqa: E402
+from stochopt.verify.bank import CheckContext  # noqa: E402
 from stochopt.verify.check import Counterexample, _Comparison  # noqa: E402
 from stochopt.verify.hunting import HUNT_PATTERNS, kernel_boundaries  # noqa: E402
 from stochopt.verify.strategies import (  # noqa: E402
@@ -73,7 +74,7 @@ def find(path: Path, seeds: int = 30) -> str | None:
     text = path.read_text()
     kernel = parse(text)
     spec = load_spec(REPO / re.match(r"# spec: (\S+)\n", text).group(1))
-    comparison = _Comparison(kernel, spec, lower(spec), None)
+    comparison = _Comparison(kernel, CheckContext(spec, lower(spec)), None)
     cuts = kernel_boundaries(kernel, spec)
     candidates = structured_recipes(spec) + hunting_recipes(spec)
     for seed in range(seeds):
