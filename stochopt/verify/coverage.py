@@ -4,8 +4,9 @@ Every input the comparison runs is emulated through `Coverage.native`, which com
 the candidate's output as emulate() does and, on the way, the values its decision
 points read: which side of each target the input reached, and, for each side not yet
 reached, how near it came (the nearest input is where the directed search starts).
-A verdict reports the result: the targets, the sides reached, and those no input
-inside the declared ranges can reach.
+A verdict reports the result: the targets, the sides reached by an input compared in
+full (a probe of the directed search that reached a side once the compare budget was
+spent tested nothing there), and those no input inside the declared ranges can reach.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ class Coverage:
     # (target, side) -> (score, inputs): the input that reached it nearest the boundary
     closest: dict[tuple[int, str], tuple[float, dict]] = field(default_factory=dict)
     probes: int = 0   # inputs emulated for coverage alone (directed.py), not compared
+    # the sides reached by inputs compared in full: what a verdict calls reached (a probe
+    # that reaches a side after the compare budget is spent tested nothing there)
+    tested: dict[int, set[str]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.nodes = sorted({n for t in self.targets for n in t.nodes()})
@@ -36,12 +40,14 @@ class Coverage:
         self.last_scores: dict[tuple[int, str], float] = {}
         for i in range(len(self.targets)):
             self.reached.setdefault(i, set())
+            self.tested.setdefault(i, set())
 
     def native(self, inputs: dict[str, np.ndarray]) -> np.ndarray:
         """The candidate's native output (as emulate gives it), observing coverage."""
         values = traced.run(self.kernel, inputs, self.nodes + [self.kernel.output],
                             exact=False)
-        self.observe(inputs, values)
+        for i, side in self.observe(inputs, values):
+            self.tested[i].add(side)
         return values[self.kernel.output]
 
     def probe(self, inputs: dict[str, np.ndarray]) -> set[tuple[int, str]]:
@@ -82,9 +88,9 @@ class Coverage:
         """What a verdict reports: targets, sides reached, and the rest by reason."""
         sides = [(i, s) for i, t in enumerate(self.targets) for s in t.sides
                  if not (t.kind == "mask" and s == "band")]
-        reached = [(i, s) for i, s in sides if s in self.reached[i]]
+        reached = [(i, s) for i, s in sides if s in self.tested[i]]
         dead = [(i, s) for i, s in sides if s in self.targets[i].dead]
-        missed = [(i, s) for i, s in sides if s not in self.reached[i]
+        missed = [(i, s) for i, s in sides if s not in self.tested[i]
                   and s not in self.targets[i].dead]
         return {"targets": len(self.targets), "sides": len(sides),
                 "reached": len(reached),

@@ -178,3 +178,13 @@ def test_python_m_stochopt_verify_exits_2_with_one_line_on_stderr(kernel, budget
     assert done.returncode == 2, done.stderr
     assert done.stdout == "" and len(done.stderr.splitlines()) == 1, done.stderr
     assert message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_side_reached_only_by_an_uncompared_probe_is_not_counted_as_tested():
+    # one example leaves the directed search no compared input: its sort move reaches
+    # the sorted rows' side in a probe, which tested nothing there
+    path = "tests/verify/corpus/wrong/softmax__sorted_rows_tail_sum_by_where.leir"
+    result = _run(path, "--examples", 1, "--strict", "--json")
+    facts = _json(result)
+    assert result.exit_code == 3 and facts["equivalent"] is True, result.output
+    assert any("above" in side for side in facts["coverage"]["not_reached"])
