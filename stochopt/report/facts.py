@@ -90,6 +90,7 @@ def run_facts(run_dir: str | Path, now: float | None = None) -> dict:
     improvements, proposers = _attribute(events, run.get("arms", []), start_cycles)
     status = _status(rd, checkpoint, now)
     verification = _verification(best_text, best_json, notes, best_error)
+    verification.setdefault("untested", [])
     facts = {
         "run_dir": str(rd), "spec": run["spec"], "spec_path": run.get("spec_path"),
         "machine": run.get("machine_name") or run["machine"].get("name"),
@@ -156,6 +157,8 @@ def run_facts(run_dir: str | Path, now: float | None = None) -> dict:
 def headline(f: dict) -> list[tuple[str, str]]:
     """The summary as (label, value) pairs, in the order the terminal and page show it."""
     verified = "yes" if f["verified"] else "NO"
+    if f["verified"] and f.get("untested"):
+        verified += f", NOT TESTED on {plural(len(f['untested']), 'side')} of its decisions"
     if f["verified"] and f["verification"]:
         v = f["verification"]
         verified += f" ({plural(v['examples'] or 0, 'example')}, seed {v['seed']}"
@@ -413,6 +416,7 @@ def _verification(best_text: str, best_json: dict, notes: list[str],
                   parse_error: str | None) -> dict:
     """Whether best.leir is verified, and how hard it was checked."""
     from stochopt.verify.check import sha256_text
+    from stochopt.verify.coverage import untested_note, untested_sides
 
     if parse_error is not None:
         # the search only ever writes kernels that parse: this file was changed since
@@ -445,7 +449,10 @@ def _verification(best_text: str, best_json: dict, notes: list[str],
     unfinished = recheck is not None and recheck.get("finished") is False
     verified = bool(cert.get("equivalent")) and bool(verdict.get("equivalent", True)) and \
         (recheck is None or unfinished or bool(recheck.get("equivalent")))
-    return {"verified": verified, "verification": {
+    untested = untested_sides(verdict, recheck)
+    if verified and untested:
+        notes.append(untested_note(untested))
+    return {"verified": verified, "untested": untested, "verification": {
         "examples": cert.get("examples"), "seed": cert.get("seed"),
         "max_semantic_error": cert.get("max_semantic_error"),
         "max_precision_error": cert.get("max_precision_error"),

@@ -50,6 +50,7 @@ from stochopt.search.stats import RunStats
 from stochopt.search.tempering import Tempering, beta_ladder
 from stochopt.search.values import Proofs
 from stochopt.tuning.runs import RunRecorder
+from stochopt.verify.coverage import untested_note, untested_sides
 
 RESERVE_SHARE = 0.2     # the most of a budget kept back for the checks at its end
 RESERVE_FLOOR_S = 2.0   # ... and the least (unless the budget is shorter)
@@ -458,6 +459,9 @@ class _RunState:
         if best.get("proof") is not None and not lowering:
             self.stats.notes.append("the starting kernel's own full check did not finish "
                                     "within the budget: best.leir is unproved")
+        untested = untested_sides(best.get("verdict"), best.get("recheck"))
+        if untested:
+            self.stats.notes.append(untested_note(untested))
         run, stats = self.run, self.stats
         base, roof = run["baseline_cycles"], run["roofline_cycles"]
         return RunResult(

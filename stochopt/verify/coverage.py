@@ -123,6 +123,23 @@ def coverage_warnings(summary: dict | None) -> list[str]:
             "(more --examples, or another --seed, may reach them)"]
 
 
+def untested_sides(verdict: dict | None, recheck: dict | None = None) -> list[str]:
+    """The sides of a kernel's decision points that neither its full check nor its
+    re-check (a finished one) reached, from their JSON verdicts: equivalent on every
+    input tried, but not tested there."""
+    missed = ((verdict or {}).get("coverage") or {}).get("not_reached", [])
+    if recheck is None or recheck.get("finished") is False:
+        return list(missed)
+    again = set((recheck.get("coverage") or {}).get("not_reached", []))
+    return [side for side in missed if side in again]
+
+
+def untested_note(sides: list[str]) -> str:
+    return (f"best.leir was not tested on {len(sides)} side(s) of its decision points: "
+            f"{', '.join(sides)}; stochopt verify best.leir --examples 1000 --strict (or "
+            "another --seed) tries harder there")
+
+
 def describe_coverage(summary: dict | None) -> str:
     """One line for the CLI: how many decision points and sides were covered."""
     if not summary or not summary["targets"]:

@@ -203,3 +203,19 @@ def test_the_report_names_the_declared_ranges_a_best_kernel_relies_on(make_run):
     shifted = run_facts(make_run("shifted"))
     assert shifted["relies_on"] == {}
     assert not any("declared range" in n for n in shifted["notes"])
+
+
+def test_a_best_kernel_untested_on_a_side_of_its_decisions_says_so(make_run):
+    from stochopt.report.facts import headline
+
+    rd = make_run()
+    best = json.loads((rd / "best.json").read_text())
+    side = "line 12: lt(var, 1e-07) band"
+    best["verdict"]["coverage"] = {"not_reached": [side, "line 9: gt(x, 0) above"]}
+    best["recheck"]["coverage"] = {"not_reached": [side]}  # the re-check reached the other
+    (rd / "best.json").write_text(json.dumps(best))
+    f = run_facts(rd)
+    assert f["verified"] is True and f["untested"] == [side]
+    assert dict(headline(f))["verified"].startswith("yes, NOT TESTED on 1 side of its")
+    assert any(side in n and "--strict" in n for n in f["notes"])
+    assert run_facts(make_run("plain"))["untested"] == []

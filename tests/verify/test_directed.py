@@ -258,3 +258,14 @@ def test_a_comparison_is_driven_to_its_constant_exactly_in_the_native_run():
     verdict = check(parse(SPLIT), soft_sign, examples=20, seed=0)
     assert not verdict.equivalent
     assert "exactly at its constant" in verdict.counterexample.found_by
+
+
+def test_untested_sides_are_those_neither_check_reached():
+    from stochopt.verify.coverage import untested_sides
+
+    a, b = "line 3: gt(x, 1) band", "line 4: lt(y, 0) above"
+    first = {"coverage": {"not_reached": [a, b]}}
+    assert untested_sides(first) == [a, b]
+    assert untested_sides(first, {"coverage": {"not_reached": [b]}}) == [b]
+    assert untested_sides(first, {"finished": False}) == [a, b]  # a cut re-check
+    assert untested_sides({"coverage": None}, None) == [] and untested_sides(None) == []
