@@ -3,7 +3,10 @@
 From a wanted interval for a node, walk the value graph back to the kernel's inputs
 through the ops that can be inverted on intervals: movement and shape ops (the same
 values), neg, a constant added, subtracted, multiplied or divided, two values added or
-subtracted (half of the interval each: both near 0 for a sum near 0), exp and log, sqrt,
+subtracted (half of the interval each: both near 0 for a sum near 0; and where the
+difference (the sum) should be 0 and both are views of inputs, through slices and
+transposes, one view made equal to the other (to its negation): a *relation*), exp and
+log, sqrt,
 rsqrt, reciprocal, tanh, abs (both signs), casts, comparisons with a constant (true
 or false wanted), and reductions, where a whole row takes one value (a max, a min or a
 mean of a constant row is that value; a sum over n is n of them); and a row's range,
@@ -43,6 +46,10 @@ class Goal:
     interval: Interval
     rows: bool   # True: whole rows at one value (through a reduction); else elements
     spread: bool = False  # rows whose max - min lies in the interval (a row's range)
+    # a relation instead of an interval: (source input, its view, this input's view,
+    # negated): this input's view made equal to the source's (or to its negation),
+    # each view the slices and transposes that lead from the input to the value compared
+    copy: tuple | None = None
 
 
 Alternative = tuple[Goal, ...]   # goals that must hold together
@@ -89,13 +96,15 @@ def backprop(kernel: Kernel, node: int, want: Interval, rows: bool = False,
         if ranged is not None:
             source, sign = ranged
             return _spread(kernel, source, (lo, hi) if sign > 0 else (-hi, -lo), depth + 1)
-        a, b = n.args  # else half of the interval each way, as for add
-        return both(back(a, (lo / 2, hi / 2)), back(b, (-hi / 2, -lo / 2)))[:MAX_ALTERNATIVES]
+        a, b = n.args  # a == b where 0 is wanted, else half of the interval each way
+        return (_equal(kernel, a, b, False, lo, hi)
+                + both(back(a, (lo / 2, hi / 2)), back(b, (-hi / 2, -lo / 2))))[:MAX_ALTERNATIVES]
     if op == "add" and len(tensors) == 2 and not consts:
-        # half of the interval each: one way among many, and the only one where both
-        # terms cannot go below 0 (|a| + |b| near 0 needs both near 0)
+        # b == -a where 0 is wanted; else half of the interval each: one way among many,
+        # and the only one where both terms cannot go below 0 (|a| + |b| near 0)
         a, b = n.args
-        return both(back(a, (lo / 2, hi / 2)), back(b, (lo / 2, hi / 2)))[:MAX_ALTERNATIVES]
+        return (_equal(kernel, a, b, True, lo, hi)
+                + both(back(a, (lo / 2, hi / 2)), back(b, (lo / 2, hi / 2))))[:MAX_ALTERNATIVES]
     if len(tensors) == 1 and len(consts) == 1 and op in ("add", "sub", "mul", "div"):
         return _affine(n, tensors[0], consts[0], lo, hi, back)
     if len(tensors) != 1 or consts:
@@ -168,6 +177,68 @@ def _spread(kernel: Kernel, node: int, want: Interval, depth: int) -> list[Alter
     return []
 
 
+# ops that hand on the values of their operand as they are (a view: its elements, moved)
+_VIEW_SAME = frozenset({"load", "store", "relayout", "cast"})
+
+
+def view_of(kernel: Kernel, node: int) -> tuple[str, tuple] | None:
+    """(input, steps) when node's value is a view of an input: its elements through
+    slices and transposes (steps from the input outwards), else None."""
+    steps = []
+    while True:
+        n = kernel.nodes[node]
+        if n.op == "input":
+            return n.attr("name"), tuple(reversed(steps))
+        if n.op in _VIEW_SAME and type(n.args[0]) is int:
+            if n.op == "cast" and n.attr("dtype") in ("i32", "bool") and \
+                    kernel.nodes[n.args[0]].type.dtype != n.attr("dtype"):
+                return None  # truncates: not the same values
+        elif n.op == "slice":
+            steps.append(("slice", n.attr("bounds")))
+        elif n.op == "transpose":
+            steps.append(("transpose", n.attr("perm") or
+                          tuple(reversed(range(len(n.type.shape))))))
+        else:
+            return None
+        node = n.args[0]
+
+
+def _equal(kernel: Kernel, a, b, negated: bool, lo: float, hi: float) -> list[Alternative]:
+    """a - b (a + b, negated) near 0 where both are views of inputs: b's elements made
+    a's (or -a's). Two slices of one input (rows duplicated, halves opposite), a tensor
+    and another's transpose (a Gram matrix), two heads of one mask: relations that
+    intervals cannot state, and no zero or constant input shows a bug behind them."""
+    if not lo <= 0.0 <= hi or type(a) is not int or type(b) is not int or \
+            kernel.nodes[a].type.shape != kernel.nodes[b].type.shape:
+        return []
+    source, target = view_of(kernel, a), view_of(kernel, b)
+    if source is None or target is None or source == target:
+        return []
+    return [(Goal(target[0], (lo, hi), False, copy=(source[0], source[1], target[1],
+                                                      negated)),)]
+
+
+def through(x: np.ndarray, steps: tuple) -> np.ndarray:
+    """The view of x the steps give (view_of)."""
+    for kind, arg in steps:
+        x = x[tuple(slice(a, b) for a, b in arg)] if kind == "slice" else np.transpose(x, arg)
+    return x
+
+
+def _written(x: np.ndarray, steps: tuple, values: np.ndarray) -> np.ndarray:
+    """x with the view that the steps give replaced by values."""
+    if not steps:
+        return np.broadcast_to(values, x.shape).astype(x.dtype).copy()
+    (kind, arg), rest = steps[0], steps[1:]
+    if kind == "transpose":
+        inverse = np.argsort(arg)
+        return np.transpose(_written(np.transpose(x, arg), rest, values), inverse)
+    out = x.copy()
+    index = tuple(slice(a, b) for a, b in arg)
+    out[index] = _written(x[index], rest, values)
+    return out
+
+
 def both(first: list[Alternative], second: list[Alternative]) -> list[Alternative]:
     """Alternatives that meet both lists: goals on the same input and scope intersect,
     and a pair whose intervals do not meet is no alternative."""
@@ -175,13 +246,16 @@ def both(first: list[Alternative], second: list[Alternative]) -> list[Alternativ
     for a in first:
         for b in second:
             merged: dict[tuple[str, bool, bool], Interval] = {}
+            copies = tuple(g for g in a + b if g.copy is not None)
             for goal in a + b:
+                if goal.copy is not None:
+                    continue
                 key = (goal.input, goal.rows, goal.spread)
                 lo, hi = merged.get(key, (-np.inf, np.inf))
                 merged[key] = (max(lo, goal.interval[0]), min(hi, goal.interval[1]))
             if all(lo <= hi for lo, hi in merged.values()):
                 out.append(tuple(Goal(name, iv, rows, spread)
-                                 for (name, rows, spread), iv in merged.items()))
+                                 for (name, rows, spread), iv in merged.items()) + copies)
     return out
 
 
@@ -222,11 +296,35 @@ def realize(spec, inputs: dict[str, np.ndarray], alternative: Alternative,
     (or elements) of its input; None when a goal misses the declared range."""
     seed = int(rng.integers(1 << 31))  # the same rows picked for every goal
     out = dict(inputs)
-    for goal in alternative:
-        out = _realize_goal(spec, out, goal, np.random.default_rng(seed), share)
+    # the intervals first, then the relations, which copy the values they set
+    for goal in sorted(alternative, key=lambda g: g.copy is not None):
+        out = _realize_goal(spec, out, goal, np.random.default_rng(seed), share) \
+            if goal.copy is None else _realize_copy(spec, out, goal)
         if out is None:
             return None
     return out
+
+
+def _realize_copy(spec, inputs: dict[str, np.ndarray], goal: Goal) -> dict | None:
+    """The inputs with goal.input's view set to the source's view (negated where
+    asked), kept inside the declared range (legal() rounds it)."""
+    source, source_steps, steps, negated = goal.copy
+    t = spec.inputs[goal.input]
+    values = through(np.asarray(inputs[source]), source_steps)
+    if t.dtype == "bool":
+        if negated:
+            return None
+        values = np.asarray(values, bool)
+    else:
+        values = np.asarray(values, np.float64)
+        values = np.clip(-values if negated else values, *t.bounds)
+    x = np.asarray(inputs[goal.input])
+    x = x.astype(bool) if t.dtype == "bool" else x.astype(np.float64)
+    try:
+        written = _written(x, steps, values)
+    except ValueError:  # shapes that do not line up after all
+        return None
+    return dict(inputs, **{goal.input: written})
 
 
 def _realize_goal(spec, inputs: dict[str, np.ndarray], goal: Goal,

@@ -51,11 +51,12 @@ BF16_WHOLE = 256.0
 # an added constant is a guard (an eps) when it is this far below its operand's reach,
 # and small itself (1 + exp(-z) is a sigmoid's denominator, not a guard)
 GUARD, GUARD_MAX = 1e-6, 1e-2
-# exp or tanh is a switch when its operand is some value scaled by at least STEEP and
+# exp, tanh or a reciprocal (a division's divisor) is a switch when its operand is some
+# value scaled by at least STEEP (through sums, magnitudes, shifts and negations) and
 # reaches at least STEEP in the declared ranges: it saturates (or flushes to 0) on all but
 # a sliver of the value's range, which no random input meets. Its band is where the
-# operand lies within SWITCH_BAND of 0 (tanh(16) is 1 - 3e-14, exp(-16) is 1e-7)
-SWITCHES = ("exp", "tanh")
+# operand lies within SWITCH_BAND of 0 (tanh(16) is 1 - 3e-14, exp(-16) is 1e-7, 1/16)
+SWITCHES = ("exp", "tanh", "reciprocal", "div")
 STEEP, SWITCH_BAND = 1e3, 16.0
 
 
@@ -256,27 +257,38 @@ def _target(kernel: Kernel, i: int, counted, analysis) -> Target | None:
         if 0 < c <= GUARD_MAX and c < GUARD * reach:  # x + eps: eps matters at its scale
             what = f"{_text(kernel, i)}, a guard {c:g} against {_name(kernel, node.inputs[0])}"
             return Target(i, op, "guard", what, node.inputs[0], c)
-    if op in SWITCHES and isinstance(node.args[0], int):
-        slope, value = steep_slope(kernel, node.args[0])
-        reach = max(abs(v) for v in analysis.intervals[node.args[0]])
+    operand = node.args[-1] if op in SWITCHES else None  # a division's divisor
+    if type(operand) is int and (op != "div" or len(node.args) == 2):
+        slope, value = steep_slope(kernel, operand)
+        reach = max(abs(v) for v in analysis.intervals[operand])
         if abs(slope) >= STEEP and reach >= STEEP:
-            what = (f"{op}({_name(kernel, node.args[0])}), a switch: "
+            what = (f"{op}({_name(kernel, operand)}), a switch: "
                     f"{_name(kernel, value)} scaled by {slope:g}")
-            return Target(i, op, "switch", _text(kernel, i, what), node.args[0], 0.0)
+            return Target(i, op, "switch", _text(kernel, i, what), operand, 0.0)
     if i in counted and node.type.dtype == "bf16":  # a count held in bf16: past 256?
         what = f"{_name(kernel, i)} = {node.op}(...), a count held in bf16"
         return Target(i, op, "cast", _text(kernel, i, what), i, BF16_WHOLE)
     return None
 
 
+# ops a slope passes through unchanged: the same values, or sums of them
+_SLOPE_SAME = frozenset({"load", "store", "relayout", "cast", "slice", "transpose",
+                         "reshape", "broadcast_to", "reduce_sum"})
+
+
 def steep_slope(kernel: Kernel, arg: int) -> tuple[float, int]:
-    """(k, v) where arg is k * v + c through constant scales, shifts and negations (k 1
-    and v arg when it is none of those)."""
+    """(k, v) where arg is k * v + c through constant scales, shifts, negations, sums
+    and magnitudes (k 1 and v arg when it is none of those)."""
     slope, node = 1.0, arg
     while True:
         n = kernel.nodes[node]
         consts = [float(a.value) for a in n.args if isinstance(a, Const)]
-        if n.op == "neg":
+        if n.op in _SLOPE_SAME and type(n.args[0]) is int and (
+                n.op != "cast" or n.type.dtype in ("f32", "bf16")):
+            node = n.args[0]
+        elif n.op == "abs":
+            slope, node = abs(slope), n.args[0]
+        elif n.op == "neg":
             slope, node = -slope, n.args[0]
         elif n.op in ("add", "sub", "mul", "div") and len(n.inputs) == 1 and consts:
             src, c = n.inputs[0], consts[0]

@@ -139,3 +139,14 @@ def test_a_gentle_exp_is_no_switch(spec_and_baseline):
 
 def _targets_of(text: str, spec, baseline):
     return decision_targets(parse(text), baseline, declared_ranges(spec))
+
+
+@pytest.mark.parametrize("name, op, slope", [
+    ("matmul__gram_fast_path", "exp", 1e30),   # the scale inside two sums and an abs
+    ("softmax__duplicated_batch_rows_rolled", "reciprocal", 1e30)])
+def test_switches_are_seen_through_sums_magnitudes_and_reciprocals(name, op, slope, repo,
+                                                                   spec_and_baseline):
+    text = (repo / "tests/verify/corpus/wrong" / f"{name}.leir").read_text()
+    spec, baseline = spec_and_baseline(text.split("\n", 1)[0].split()[-1])
+    (target,) = decision_targets(parse(text), baseline, declared_ranges(spec))
+    assert target.kind == "switch" and target.op == op and f"{slope:g}" in target.text

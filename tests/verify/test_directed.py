@@ -269,3 +269,21 @@ def test_untested_sides_are_those_neither_check_reached():
     assert untested_sides(first, {"coverage": {"not_reached": [b]}}) == [b]
     assert untested_sides(first, {"finished": False}) == [a, b]  # a cut re-check
     assert untested_sides({"coverage": None}, None) == [] and untested_sides(None) == []
+
+
+def test_two_views_of_inputs_wanted_equal_back_propagate_to_a_relation(spec_and_baseline,
+                                                                         repo):
+    from stochopt.verify.backprop import through
+
+    spec, _ = spec_and_baseline("specs/rotary.py")
+    kernel = parse((repo / "tests/verify/corpus/wrong/"
+                    "rotary__antisymmetric_halves_sign.leir").read_text())
+    d = next(i for i, n in enumerate(kernel.nodes) if n.name == "d")
+    alternatives = backprop(kernel, d, (0.0, 0.0))
+    relation = next(g for alt in alternatives for g in alt if g.copy is not None)
+    assert relation.input == "x" and relation.copy[0] == "x" and relation.copy[3]  # negated
+    start = random_spec_inputs(spec, 0)
+    built = legal(spec, realize(spec, start, (relation,), np.random.default_rng(0), 0.5))
+    x1, x2 = built["x"][:, :64], built["x"][:, 64:]
+    assert (x2 == -x1).all() and np.abs(x1).max() > 1  # varied values, not zeros
+    assert (through(built["x"], (("slice", ((0, 256), (0, 64))),)) == x1).all()
