@@ -3,10 +3,10 @@
 From a wanted interval for a node, walk the value graph back to the kernel's inputs
 through the ops that can be inverted on intervals: movement and shape ops (the same
 values), neg, a constant added, subtracted, multiplied or divided, two values added or
-subtracted (half of the interval each: both near 0 for a sum near 0; and where the
-difference (the sum) should be 0 and both are views of inputs, through slices and
-transposes, one view made equal to the other (to its negation): a *relation*), exp and
-log, sqrt,
+subtracted (half of the interval each: both near 0 for a sum near 0; and where both
+are views of inputs, through slices, transposes and constant scales and shifts, one view
+set from the other so that the difference (the sum) holds its wanted value: a
+*relation*), exp and log, sqrt,
 rsqrt, reciprocal, tanh, abs (both signs), casts, comparisons with a constant (true
 or false wanted), and reductions, where a whole row takes one value (a max, a min or a
 mean of a constant row is that value; a sum over n is n of them); and a row's range,
@@ -47,8 +47,8 @@ class Goal:
     rows: bool   # True: whole rows at one value (through a reduction); else elements
     spread: bool = False  # rows whose max - min lies in the interval (a row's range)
     # a relation instead of an interval: (source input, its view, this input's view,
-    # negated): this input's view made equal to the source's (or to its negation),
-    # each view the slices and transposes that lead from the input to the value compared
+    # alpha, beta): this input's view set to alpha * the source's view + beta, each view
+    # the slices and transposes that lead from the input to the value compared
     copy: tuple | None = None
 
 
@@ -179,16 +179,19 @@ def _spread(kernel: Kernel, node: int, want: Interval, depth: int) -> list[Alter
 
 # ops that hand on the values of their operand as they are (a view: its elements, moved)
 _VIEW_SAME = frozenset({"load", "store", "relayout", "cast"})
+COPY_REPEATS = 64  # a copy between overlapping views of one input, applied until it holds
 
 
-def view_of(kernel: Kernel, node: int) -> tuple[str, tuple] | None:
-    """(input, steps) when node's value is a view of an input: its elements through
-    slices and transposes (steps from the input outwards), else None."""
-    steps = []
+def view_of(kernel: Kernel, node: int) -> tuple[str, tuple, float, float] | None:
+    """(input, steps, scale, shift) when node's value is scale * view + shift, the view an
+    input's elements through slices and transposes (steps from the input outwards) and
+    scale and shift made of constants; else None."""
+    steps, scale, shift = [], 1.0, 0.0
     while True:
         n = kernel.nodes[node]
+        consts = [float(a.value) for a in n.args if isinstance(a, Const)]
         if n.op == "input":
-            return n.attr("name"), tuple(reversed(steps))
+            return n.attr("name"), tuple(reversed(steps)), scale, shift
         if n.op in _VIEW_SAME and type(n.args[0]) is int:
             if n.op == "cast" and n.attr("dtype") in ("i32", "bool") and \
                     kernel.nodes[n.args[0]].type.dtype != n.attr("dtype"):
@@ -198,24 +201,44 @@ def view_of(kernel: Kernel, node: int) -> tuple[str, tuple] | None:
         elif n.op == "transpose":
             steps.append(("transpose", n.attr("perm") or
                           tuple(reversed(range(len(n.type.shape))))))
+        elif n.op == "neg":
+            scale = -scale
+        elif n.op in ("add", "sub", "mul", "div") and len(n.inputs) == 1 and consts:
+            c, first = consts[0], n.args[0] == n.inputs[0]
+            if n.op == "mul" and c != 0:
+                scale *= c
+            elif n.op == "div" and first and c != 0:
+                scale /= c
+            elif n.op == "add":
+                shift += scale * c
+            elif n.op == "sub":  # x - c, or c - x
+                shift, scale = (shift - scale * c, scale) if first else (shift + scale * c,
+                                                                         -scale)
+            else:
+                return None
         else:
             return None
-        node = n.args[0]
+        node = n.inputs[0] if n.op in ("add", "sub", "mul", "div") else n.args[0]
 
 
-def _equal(kernel: Kernel, a, b, negated: bool, lo: float, hi: float) -> list[Alternative]:
-    """a - b (a + b, negated) near 0 where both are views of inputs: b's elements made
-    a's (or -a's). Two slices of one input (rows duplicated, halves opposite), a tensor
-    and another's transpose (a Gram matrix), two heads of one mask: relations that
-    intervals cannot state, and no zero or constant input shows a bug behind them."""
-    if not lo <= 0.0 <= hi or type(a) is not int or type(b) is not int or \
+def _equal(kernel: Kernel, a, b, added: bool, lo: float, hi: float) -> list[Alternative]:
+    """a - b (a + b where added) held at a value t of the interval, where both are views
+    of inputs up to constant scales and shifts: b's view set from a's. Two slices of one
+    input (rows repeated, doubled, offset, halves opposite), a tensor and another's
+    transpose (a Gram matrix), two heads of one mask: relations that intervals cannot
+    state, and no zero or constant input shows a bug behind them."""
+    t = 0.0 if lo <= 0.0 <= hi else (lo + hi) / 2 if np.isfinite(lo + hi) else None
+    if t is None or type(a) is not int or type(b) is not int or \
             kernel.nodes[a].type.shape != kernel.nodes[b].type.shape:
         return []
     source, target = view_of(kernel, a), view_of(kernel, b)
-    if source is None or target is None or source == target:
+    if source is None or target is None or source[:2] == target[:2] or target[2] == 0:
         return []
+    (_, _, sa, ha), (_, _, sb, hb) = source, target
+    # sb B + hb = sa A + ha - t (a - b = t), or t - sa A - ha (a + b = t)
+    alpha, beta = ((-sa, t - ha - hb) if added else (sa, ha - t - hb))
     return [(Goal(target[0], (lo, hi), False, copy=(source[0], source[1], target[1],
-                                                      negated)),)]
+                                                      alpha / sb, beta / sb)),)]
 
 
 def through(x: np.ndarray, steps: tuple) -> np.ndarray:
@@ -306,25 +329,28 @@ def realize(spec, inputs: dict[str, np.ndarray], alternative: Alternative,
 
 
 def _realize_copy(spec, inputs: dict[str, np.ndarray], goal: Goal) -> dict | None:
-    """The inputs with goal.input's view set to the source's view (negated where
-    asked), kept inside the declared range (legal() rounds it)."""
-    source, source_steps, steps, negated = goal.copy
+    """The inputs with goal.input's view set to alpha * the source's view + beta, kept
+    inside the declared range (legal() rounds it); between overlapping views of one
+    input (a period: x[k:] from x[:-k]) the copy is repeated until it holds."""
+    source, source_steps, steps, alpha, beta = goal.copy
     t = spec.inputs[goal.input]
-    values = through(np.asarray(inputs[source]), source_steps)
-    if t.dtype == "bool":
-        if negated:
-            return None
-        values = np.asarray(values, bool)
-    else:
-        values = np.asarray(values, np.float64)
-        values = np.clip(-values if negated else values, *t.bounds)
+    if t.dtype == "bool" and (alpha, beta) != (1.0, 0.0):
+        return None
     x = np.asarray(inputs[goal.input])
     x = x.astype(bool) if t.dtype == "bool" else x.astype(np.float64)
-    try:
-        written = _written(x, steps, values)
-    except ValueError:  # shapes that do not line up after all
-        return None
-    return dict(inputs, **{goal.input: written})
+    out = dict(inputs)
+    for _ in range(COPY_REPEATS if source == goal.input else 1):
+        values = through(np.asarray(out[source]), source_steps)
+        values = np.asarray(values, bool) if t.dtype == "bool" else np.clip(
+            alpha * np.asarray(values, np.float64) + beta, *t.bounds)
+        if source == goal.input and np.array_equal(through(x, steps), values):
+            break
+        try:
+            x = _written(x, steps, values)
+        except ValueError:  # shapes that do not line up after all
+            return None
+        out[goal.input] = x
+    return out
 
 
 def _realize_goal(spec, inputs: dict[str, np.ndarray], goal: Goal,

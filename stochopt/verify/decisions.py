@@ -51,12 +51,12 @@ BF16_WHOLE = 256.0
 # an added constant is a guard (an eps) when it is this far below its operand's reach,
 # and small itself (1 + exp(-z) is a sigmoid's denominator, not a guard)
 GUARD, GUARD_MAX = 1e-6, 1e-2
-# exp, tanh or a reciprocal (a division's divisor) is a switch when its operand is some
+# exp, tanh, a reciprocal or rsqrt (a division's divisor) is a switch when its operand is some
 # value scaled by at least STEEP (through sums, magnitudes, shifts and negations) and
 # reaches at least STEEP in the declared ranges: it saturates (or flushes to 0) on all but
 # a sliver of the value's range, which no random input meets. Its band is where the
 # operand lies within SWITCH_BAND of 0 (tanh(16) is 1 - 3e-14, exp(-16) is 1e-7, 1/16)
-SWITCHES = ("exp", "tanh", "reciprocal", "div")
+SWITCHES = ("exp", "tanh", "reciprocal", "rsqrt", "div")
 STEEP, SWITCH_BAND = 1e3, 16.0
 
 

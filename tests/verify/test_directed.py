@@ -281,9 +281,30 @@ def test_two_views_of_inputs_wanted_equal_back_propagate_to_a_relation(spec_and_
     d = next(i for i, n in enumerate(kernel.nodes) if n.name == "d")
     alternatives = backprop(kernel, d, (0.0, 0.0))
     relation = next(g for alt in alternatives for g in alt if g.copy is not None)
-    assert relation.input == "x" and relation.copy[0] == "x" and relation.copy[3]  # negated
+    assert relation.input == "x" and relation.copy[0] == "x"
+    assert relation.copy[3:] == (-1.0, 0.0)  # x2 from x1, negated
     start = random_spec_inputs(spec, 0)
     built = legal(spec, realize(spec, start, (relation,), np.random.default_rng(0), 0.5))
     x1, x2 = built["x"][:, :64], built["x"][:, 64:]
     assert (x2 == -x1).all() and np.abs(x1).max() > 1  # varied values, not zeros
     assert (through(built["x"], (("slice", ((0, 256), (0, 64))),)) == x1).all()
+
+
+def test_a_relation_holds_through_constant_scales_and_repeats_over_a_period(
+        spec_and_baseline, repo):
+    wrong = repo / "tests/verify/corpus/wrong"
+    spec, _ = spec_and_baseline("specs/softmax.py")
+    kernel = parse((wrong / "softmax__doubled_batch_reused.leir").read_text())
+    d = next(i for i, n in enumerate(kernel.nodes) if n.name == "d")
+    relation = next(g for alt in backprop(kernel, d, (0.0, 0.0)) for g in alt if g.copy)
+    assert relation.copy[3:] == (0.5, 0.0)  # x_a from x_b: x_b - 2 x_a == 0
+    built = realize(spec, random_spec_inputs(spec, 0), (relation,), np.random.default_rng(0),
+                    0.5)
+    assert np.allclose(built["x"][64:], 2 * built["x"][:64])
+    spec, _ = spec_and_baseline("specs/layernorm.py")
+    kernel = parse((wrong / "layernorm__periodic_gamma_rolled.leir").read_text())
+    d = next(i for i, n in enumerate(kernel.nodes) if n.name == "d")
+    relation = next(g for alt in backprop(kernel, d, (0.0, 0.0)) for g in alt if g.copy)
+    gamma = realize(spec, random_spec_inputs(spec, 0), (relation,), np.random.default_rng(0),
+                    0.5)["gamma"]
+    assert (gamma[128:] == gamma[:-128]).all() and len(np.unique(gamma)) == 128  # a period
