@@ -33,6 +33,7 @@ import numpy as np
 
 from stochopt.leir.ir import Kernel
 from stochopt.leir.rules import Const
+from stochopt.verify.relations import affine_step, compose
 
 Interval = tuple[float, float]
 SAME = frozenset({"load", "store", "relayout", "slice", "broadcast_to", "transpose",
@@ -189,7 +190,6 @@ def view_of(kernel: Kernel, node: int) -> tuple[str, tuple, float, float] | None
     steps, scale, shift = [], 1.0, 0.0
     while True:
         n = kernel.nodes[node]
-        consts = [float(a.value) for a in n.args if isinstance(a, Const)]
         if n.op == "input":
             return n.attr("name"), tuple(reversed(steps)), scale, shift
         if n.op in _VIEW_SAME and type(n.args[0]) is int:
@@ -201,24 +201,11 @@ def view_of(kernel: Kernel, node: int) -> tuple[str, tuple, float, float] | None
         elif n.op == "transpose":
             steps.append(("transpose", n.attr("perm") or
                           tuple(reversed(range(len(n.type.shape))))))
-        elif n.op == "neg":
-            scale = -scale
-        elif n.op in ("add", "sub", "mul", "div") and len(n.inputs) == 1 and consts:
-            c, first = consts[0], n.args[0] == n.inputs[0]
-            if n.op == "mul" and c != 0:
-                scale *= c
-            elif n.op == "div" and first and c != 0:
-                scale /= c
-            elif n.op == "add":
-                shift += scale * c
-            elif n.op == "sub":  # x - c, or c - x
-                shift, scale = (shift - scale * c, scale) if first else (shift + scale * c,
-                                                                         -scale)
-            else:
-                return None
+        elif (step := affine_step(n)) is not None and step[0] != 0:
+            scale, shift = compose((scale, shift), step)
         else:
             return None
-        node = n.inputs[0] if n.op in ("add", "sub", "mul", "div") else n.args[0]
+        node = n.inputs[0]
 
 
 def _equal(kernel: Kernel, a, b, added: bool, lo: float, hi: float) -> list[Alternative]:

@@ -41,6 +41,7 @@ import numpy as np
 from stochopt.leir.ir import Kernel
 from stochopt.leir.rules import Const
 from stochopt.verify.counts import counted_nodes
+from stochopt.verify.relations import affine_step
 
 SIDES = ("below", "above", "band")
 # the band around a boundary, as a fraction of the larger operand's size
@@ -282,25 +283,13 @@ def steep_slope(kernel: Kernel, arg: int) -> tuple[float, int]:
     slope, node = 1.0, arg
     while True:
         n = kernel.nodes[node]
-        consts = [float(a.value) for a in n.args if isinstance(a, Const)]
         if n.op in _SLOPE_SAME and type(n.args[0]) is int and (
                 n.op != "cast" or n.type.dtype in ("f32", "bf16")):
             node = n.args[0]
         elif n.op == "abs":
             slope, node = abs(slope), n.args[0]
-        elif n.op == "neg":
-            slope, node = -slope, n.args[0]
-        elif n.op in ("add", "sub", "mul", "div") and len(n.inputs) == 1 and consts:
-            src, c = n.inputs[0], consts[0]
-            if n.op == "mul":
-                slope *= c
-            elif n.op == "div":
-                if n.args[0] != src or c == 0:
-                    break
-                slope /= c
-            elif n.op == "sub" and n.args[1] == src:
-                slope = -slope
-            node = src
+        elif (step := affine_step(n)) is not None:  # scales, shifts and negations
+            slope, node = slope * step[0], n.inputs[0]
         else:
             break
         if not np.isfinite(slope) or slope == 0:

@@ -102,7 +102,7 @@ class Bound:
         if scale == 0 or (self.kind == "sum" and (scale < 0 or offset != 0)):
             return None
         kind = self.kind if scale > 0 else {"max": "min", "min": "max"}[self.kind]
-        return Bound(kind, union(tuple(replace(p, image=_compose(image, p.image))
+        return Bound(kind, union(tuple(replace(p, image=compose(image, p.image))
                                        for p in self.parts)), self.spread * abs(scale))
 
     def rounded(self, error: float) -> Bound | None:
@@ -244,7 +244,7 @@ class Relations:
             return
         x = node.inputs[0]
         self.views[i] = self.views[x]
-        self.images[i] = _compose(image, self.images[x])
+        self.images[i] = compose(image, self.images[x])
         if x in self.bounds:
             mapped = self.bounds[x].mapped(image)
             if mapped is not None:
@@ -473,7 +473,7 @@ def affine_step(node: Node) -> Image | None:
     return None
 
 
-def _compose(outer: Image, inner: Image) -> Image:
+def compose(outer: Image, inner: Image) -> Image:
     """outer(inner(v)) for two affine images."""
     return (outer[0] * inner[0], outer[0] * inner[1] + outer[1])
 
