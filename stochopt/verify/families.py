@@ -200,6 +200,13 @@ def _ties(u: np.ndarray, k: int, rng) -> np.ndarray:
     return x
 
 
+def prefix_rows(rng, rows: int, n: int, suffix: bool) -> np.ndarray:
+    """rows x n booleans, each row true on a prefix of its own length, 1 to n (a padding
+    or causal mask), or on a suffix."""
+    keep = np.arange(n)[None, :] < rng.integers(1, n + 1, size=(rows, 1))
+    return keep[:, ::-1] if suffix else keep
+
+
 def _mask(pattern: str, parameter: float, rng, shape) -> np.ndarray:
     """Exactly k true per row (per column, or all but k per row)."""
     k = int(parameter)
@@ -207,10 +214,9 @@ def _mask(pattern: str, parameter: float, rng, shape) -> np.ndarray:
         return np.swapaxes(_mask("kept_per_row", parameter, rng,
                                  shape[:-2] + (shape[-1], shape[-2])), -1, -2)
     n = shape[-1]
-    if pattern == "prefix_per_row":  # lengths 1..n, each row its own
+    if pattern == "prefix_per_row":
         rows = int(np.prod(shape[:-1], dtype=np.int64)) if len(shape) > 1 else 1
-        keep = np.arange(n)[None, :] < rng.integers(1, n + 1, size=(rows, 1))
-        return (keep[:, ::-1] if parameter else keep).reshape(shape)
+        return prefix_rows(rng, rows, n, bool(parameter)).reshape(shape)
     rank = np.argsort(np.argsort(rng.random(shape), axis=-1), axis=-1)
     keep = rank < min(k, n)
     return ~keep if pattern == "dropped_per_row" else keep

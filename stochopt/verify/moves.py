@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 from stochopt.spec import Spec
-from stochopt.verify.families import KEPT
+from stochopt.verify.families import KEPT, prefix_rows
 from stochopt.verify.strategies import representable
 
 FLOAT_MOVES = ("fill", "fill_row", "fill_some", "scale", "spread", "shift", "extreme",
@@ -82,9 +82,7 @@ def move(spec: Spec, inputs: dict[str, np.ndarray], name: str, kind: str, value:
             flip = rng.random(rows.shape) < 0.1
             rows[flip] = ~rows[flip]
         elif kind == "prefix":
-            n = rows.shape[1]
-            keep = np.arange(n)[None, :] < rng.integers(1, n + 1, size=(rows.shape[0], 1))
-            rows[:] = keep[:, ::-1] if value else keep
+            rows[:] = prefix_rows(rng, *rows.shape, bool(value))
         elif kind == "fill_row":
             rows[r] = bool(value)
         else:
