@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("llm",),
     ("search",),
     ("report",),
-    ("api", "cli", "cli_settings", "settings", "kernel_file", "notebook", "__init__",
+    ("api", "cli", "cli_db", "cli_settings", "settings", "kernel_file", "notebook", "__init__",
      "__main__"),
 ]
 

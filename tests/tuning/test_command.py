@@ -7,6 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from stochopt.cli import main
+from stochopt.cli_db import db as db_group
 from stochopt.cli_settings import default_map
 from stochopt.settings import load_settings
 from stochopt.tuning.store import TuningDB, default_path
@@ -30,6 +31,7 @@ def filled(tmp_path):
 
 
 def test_list_without_a_database_says_where_it_will_be_and_makes_none(tmp_path):
+    assert main.commands["db"] is db_group  # stochopt/cli_db.py, under the main group
     result = run("db", "list")
     assert result.exit_code == 0 and "no tuning database at" in result.output
     assert str(default_path()) in result.output.replace("\n", "")
