@@ -4,10 +4,12 @@ From a wanted interval for a node, walk the value graph back to the kernel's inp
 through the ops that can be inverted on intervals: movement and shape ops (the same
 values), neg, a constant added, subtracted, multiplied or divided, two values added or
 subtracted (half of the interval each: both near 0 for a sum near 0; and where both
-are views of inputs, through slices, transposes and constant scales and shifts, one view
-set from the other so that the difference (the sum) holds its wanted value: a
-*relation*), exp and log, sqrt,
-rsqrt, reciprocal, tanh, abs (both signs), casts, comparisons with a constant (true
+are views of inputs, through slices, transposes, reshapes, broadcasts, concats and
+constant scales and shifts, one view set from the other so that the difference (the
+sum) holds its wanted value, or where one is a view and the other a value computed from
+other inputs, the view set from that value: a *relation*), exp and log, sqrt,
+rsqrt, reciprocal, tanh, abs (both signs), a product or quotient of two values wanted
+near 0 (a factor or the numerator 0), casts, comparisons with a constant (true
 or false wanted), and reductions, where a whole row takes one value (a max, a min or a
 mean of a constant row is that value; a sum over n is n of them); and a row's range,
 its max minus its min over the last axis, which asks for rows with that spread. The
@@ -19,20 +21,21 @@ intersect). A goal whose interval misses the input's declared range is dropped: 
 that path the wanted values are out of reach.
 
 This is a heuristic, not a solver: where two tensors meet it follows one operand when
-the other is a constant, both only for a sum or a difference (each half the interval),
-and it says nothing about the rest of the kernel. The
+the other is a constant, both only for a sum or a difference (each half the interval)
+and a product near 0 (either factor), and it says nothing about the rest of the kernel. The
 directed search (directed.py) builds inputs from the goals and keeps those that
 reach the side they were built for.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from stochopt.leir.ir import Kernel
 from stochopt.leir.rules import Const
+from stochopt.verify import traced
 from stochopt.verify.relations import affine_step, compose
 
 Interval = tuple[float, float]
@@ -49,8 +52,11 @@ class Goal:
     spread: bool = False  # rows whose max - min lies in the interval (a row's range)
     # a relation instead of an interval: (source input, its view, this input's view,
     # alpha, beta): this input's view set to alpha * the source's view + beta, each view
-    # the slices and transposes that lead from the input to the value compared
+    # the movements (slices, transposes, reshapes, concats) that lead from the input to
+    # the value compared (view_of)
     copy: tuple | None = None
+    # where the relation's source is a node (copy[0] an int): the kernel that computes it
+    kernel: Kernel | None = field(default=None, compare=False, repr=False)
 
 
 Alternative = tuple[Goal, ...]   # goals that must hold together
@@ -106,6 +112,10 @@ def backprop(kernel: Kernel, node: int, want: Interval, rows: bool = False,
         a, b = n.args
         return (_equal(kernel, a, b, True, lo, hi)
                 + both(back(a, (lo / 2, hi / 2)), back(b, (lo / 2, hi / 2))))[:MAX_ALTERNATIVES]
+    if op in ("mul", "div") and len(tensors) == 2 and not consts and lo <= 0 <= hi:
+        # a product is 0 where a factor is, a quotient where its numerator is
+        factors = n.args if op == "mul" else n.args[:1]
+        return [alt for f in factors for alt in back(f, (0.0, 0.0))][:MAX_ALTERNATIVES]
     if len(tensors) == 1 and len(consts) == 1 and op in ("add", "sub", "mul", "div"):
         return _affine(n, tensors[0], consts[0], lo, hi, back)
     if len(tensors) != 1 or consts:
@@ -180,32 +190,46 @@ def _spread(kernel: Kernel, node: int, want: Interval, depth: int) -> list[Alter
 
 # ops that hand on the values of their operand as they are (a view: its elements, moved)
 _VIEW_SAME = frozenset({"load", "store", "relayout", "cast"})
+# and those that move them: a view of the operand's elements
+_VIEW_STEPS = frozenset({"slice", "transpose", "reshape", "broadcast_to"})
 COPY_REPEATS = 64  # a copy between overlapping views of one input, applied until it holds
 
 
 def view_of(kernel: Kernel, node: int) -> tuple[str, tuple, float, float] | None:
-    """(input, steps, scale, shift) when node's value is scale * view + shift, the view an
-    input's elements through slices and transposes (steps from the input outwards) and
-    scale and shift made of constants; else None."""
-    steps, scale, shift = [], 1.0, 0.0
-    while True:
-        n = kernel.nodes[node]
-        if n.op == "input":
-            return n.attr("name"), tuple(reversed(steps)), scale, shift
-        if n.op in _VIEW_SAME and type(n.args[0]) is int:
-            if n.op == "cast" and n.attr("dtype") in ("i32", "bool") and \
-                    kernel.nodes[n.args[0]].type.dtype != n.attr("dtype"):
-                return None  # truncates: not the same values
-        elif n.op == "slice":
-            steps.append(("slice", n.attr("bounds")))
-        elif n.op == "transpose":
-            steps.append(("transpose", n.attr("perm") or
-                          tuple(reversed(range(len(n.type.shape))))))
-        elif (step := affine_step(n)) is not None and step[0] != 0:
-            scale, shift = compose((scale, shift), step)
-        else:
-            return None
-        node = n.inputs[0]
+    """(input, view, scale, shift) when node's value is scale * view + shift, the view an
+    input's elements through slices, transposes, reshapes, broadcasts and concats of
+    views of that one input (a tree: ("input",) at its leaves, evaluated by through)
+    and scale and shift made of constants; else None."""
+    n = kernel.nodes[node]
+    if n.op == "input":
+        return n.attr("name"), ("input",), 1.0, 0.0
+    if n.op == "concat":
+        parts = [view_of(kernel, a) if type(a) is int else None for a in n.args]
+        if any(p is None for p in parts) or len({(p[0], p[2], p[3]) for p in parts}) != 1:
+            return None  # a constant, another input or another image among the parts
+        name, _, scale, shift = parts[0]
+        return name, ("concat", n.attr("axis"), tuple(p[1] for p in parts)), scale, shift
+    if type(n.args[0]) is not int:
+        return None
+    if n.op in _VIEW_SAME:
+        if n.op == "cast" and n.attr("dtype") in ("i32", "bool") and \
+                kernel.nodes[n.args[0]].type.dtype != n.attr("dtype"):
+            return None  # truncates: not the same values
+        return view_of(kernel, n.args[0])
+    step = affine_step(n)
+    if n.op not in _VIEW_STEPS and (step is None or step[0] == 0):
+        return None
+    inner = view_of(kernel, n.inputs[0])
+    if inner is None:
+        return None
+    name, view, scale, shift = inner
+    if step is not None:
+        scale, shift = compose(step, (scale, shift))
+        return name, view, scale, shift
+    arg = {"slice": lambda: n.attr("bounds"),
+           "transpose": lambda: n.attr("perm") or tuple(reversed(range(len(n.type.shape)))),
+           "reshape": lambda: n.type.shape, "broadcast_to": lambda: n.type.shape}[n.op]()
+    return name, (n.op, arg, view), scale, shift
 
 
 def _equal(kernel: Kernel, a, b, added: bool, lo: float, hi: float) -> list[Alternative]:
@@ -219,6 +243,9 @@ def _equal(kernel: Kernel, a, b, added: bool, lo: float, hi: float) -> list[Alte
             kernel.nodes[a].type.shape != kernel.nodes[b].type.shape:
         return []
     source, target = view_of(kernel, a), view_of(kernel, b)
+    if (source is None) != (target is None):
+        return _from_value(kernel, a if source is None else b, source or target,
+                           source is not None, added, t, lo, hi)
     if source is None or target is None or source[:2] == target[:2] or target[2] == 0:
         return []
     (_, _, sa, ha), (_, _, sb, hb) = source, target
@@ -228,25 +255,67 @@ def _equal(kernel: Kernel, a, b, added: bool, lo: float, hi: float) -> list[Alte
                                                       alpha / sb, beta / sb)),)]
 
 
-def through(x: np.ndarray, steps: tuple) -> np.ndarray:
-    """The view of x the steps give (view_of)."""
-    for kind, arg in steps:
-        x = x[tuple(slice(a, b) for a, b in arg)] if kind == "slice" else np.transpose(x, arg)
-    return x
+def _from_value(kernel: Kernel, other: int, view: tuple, view_first: bool, added: bool,
+                t: float, lo: float, hi: float) -> list[Alternative]:
+    """One side a view of an input (scale s, shift h), the other a value computed from
+    other inputs: the view set from that value, so that a - b (a + b) is t. A mask equal
+    to x > 0, a tensor equal to another's relu: what only the kernel's own computation
+    states."""
+    name, steps, s, h = view
+    need = traced.needed(kernel, [other])
+    if s == 0 or any(need[i] and n.op == "input" and n.attr("name") == name
+                     for i, n in enumerate(kernel.nodes)):
+        return []  # the value reads the input it would set
+    # a - b = t with a the view: s V + h - w = t; with b the view: w - s V - h = t;
+    # a + b = t: s V + h + w = t
+    alpha = (-1.0 if added else 1.0) / s
+    beta = ((t if added or view_first else -t) - h) / s
+    return [(Goal(name, (lo, hi), False, copy=(other, None, steps, alpha, beta),
+                  kernel=kernel),)]
 
 
-def _written(x: np.ndarray, steps: tuple, values: np.ndarray) -> np.ndarray:
-    """x with the view that the steps give replaced by values."""
-    if not steps:
-        return np.broadcast_to(values, x.shape).astype(x.dtype).copy()
-    (kind, arg), rest = steps[0], steps[1:]
+def through(x: np.ndarray, view: tuple) -> np.ndarray:
+    """The view of x (view_of)."""
+    kind = view[0]
+    if kind == "input":
+        return x
+    if kind == "concat":
+        return np.concatenate([through(x, v) for v in view[2]], axis=view[1])
+    inner = through(x, view[2])
+    if kind == "slice":
+        return inner[tuple(slice(a, b) for a, b in view[1])]
     if kind == "transpose":
-        inverse = np.argsort(arg)
-        return np.transpose(_written(np.transpose(x, arg), rest, values), inverse)
-    out = x.copy()
-    index = tuple(slice(a, b) for a, b in arg)
-    out[index] = _written(x[index], rest, values)
-    return out
+        return np.transpose(inner, view[1])
+    if kind == "reshape":
+        return inner.reshape(view[1])
+    return np.broadcast_to(inner, view[1])
+
+
+def _written(x: np.ndarray, view: tuple, values: np.ndarray) -> np.ndarray:
+    """x with the elements the view reads replaced by values (where the view reads an
+    element twice, one of its values)."""
+    index = through(np.arange(x.size).reshape(x.shape), view)
+    out = x.copy().reshape(-1)
+    out[index.reshape(-1)] = np.broadcast_to(values, index.shape).reshape(-1)
+    return out.reshape(x.shape)
+
+
+def _tied(shape: tuple, source: tuple, target: tuple) -> np.ndarray:
+    """For each element of an input of this shape, the first element it must equal
+    where the two views of it must be equal element by element: the classes of the
+    equalities (a union-find by least index, pointers jumped each round)."""
+    a = through(np.arange(int(np.prod(shape))).reshape(shape), source).reshape(-1)
+    b = through(np.arange(int(np.prod(shape))).reshape(shape), target).reshape(-1)
+    labels = np.arange(int(np.prod(shape)))
+    for _ in range(COPY_REPEATS):
+        least = np.minimum(labels[a], labels[b])
+        before = labels.copy()
+        np.minimum.at(labels, a, least)
+        np.minimum.at(labels, b, least)
+        labels = labels[labels]
+        if np.array_equal(labels, before):
+            break
+    return labels
 
 
 def both(first: list[Alternative], second: list[Alternative]) -> list[Alternative]:
@@ -316,9 +385,11 @@ def realize(spec, inputs: dict[str, np.ndarray], alternative: Alternative,
 
 
 def _realize_copy(spec, inputs: dict[str, np.ndarray], goal: Goal) -> dict | None:
-    """The inputs with goal.input's view set to alpha * the source's view + beta, kept
-    inside the declared range (legal() rounds it); between overlapping views of one
-    input (a period: x[k:] from x[:-k]) the copy is repeated until it holds."""
+    """The inputs with goal.input's view set to alpha * the source's view (or a node's
+    value on these inputs) + beta, kept inside the declared range (legal() rounds it);
+    equal views of one input make its elements equal in classes (a period, rows in
+    pairs); other relations between overlapping views of one input are repeated until
+    they hold."""
     source, source_steps, steps, alpha, beta = goal.copy
     t = spec.inputs[goal.input]
     if t.dtype == "bool" and (alpha, beta) != (1.0, 0.0):
@@ -326,8 +397,16 @@ def _realize_copy(spec, inputs: dict[str, np.ndarray], goal: Goal) -> dict | Non
     x = np.asarray(inputs[goal.input])
     x = x.astype(bool) if t.dtype == "bool" else x.astype(np.float64)
     out = dict(inputs)
+    if source == goal.input and (alpha, beta) == (1.0, 0.0):  # equal views of one input
+        try:
+            out[goal.input] = x.reshape(-1)[_tied(x.shape, source_steps, steps)].reshape(
+                x.shape)
+        except ValueError:  # shapes that do not line up after all
+            return None
+        return out
     for _ in range(COPY_REPEATS if source == goal.input else 1):
-        values = through(np.asarray(out[source]), source_steps)
+        values = through(np.asarray(out[source]), source_steps) if type(source) is str \
+            else traced.run(goal.kernel, out, [source], exact=False)[source]
         values = np.asarray(values, bool) if t.dtype == "bool" else np.clip(
             alpha * np.asarray(values, np.float64) + beta, *t.bounds)
         if source == goal.input and np.array_equal(through(x, steps), values):

@@ -23,6 +23,9 @@ whose sign says which way the decision goes:
     exp, tanh of a steep operand its operand               a switch written as
       (x scaled by 1e3 or more,                            arithmetic: exp(-1e30 d) is
       and reaching 1e3 or more)                            1 where d = 0, else 0
+    w squared n times (2^n >= 1e3)  2^n * ln|w|            the same switch without a
+                                                           constant: w^(2^40) is 1
+                                                           where w = 1, else 0 or inf
 
 Each target has three *sides* (a path one): below (a margin < 0 somewhere), above (> 0
 somewhere) and the band around the boundary (|margin| <= BAND of the operands' size, or
@@ -59,6 +62,9 @@ GUARD, GUARD_MAX = 1e-6, 1e-2
 # operand lies within SWITCH_BAND of 0 (tanh(16) is 1 - 3e-14, exp(-16) is 1e-7, 1/16)
 SWITCHES = ("exp", "tanh", "reciprocal", "rsqrt", "div")
 STEEP, SWITCH_BAND = 1e3, 16.0
+# ops between two squarings of a chain that keep its elements' values
+_SQUARE_SAME = frozenset({"load", "store", "relayout", "cast", "slice", "transpose",
+                          "reshape", "broadcast_to"})
 
 
 @dataclass(frozen=True)
@@ -84,6 +90,9 @@ class Target:
     # for a "mask": the two values the where chooses between; a side counts only at
     # elements where they differ (where they agree, the choice changes nothing)
     branches: tuple = ()
+    # for a "switch" made by squaring: 2^n, the left the value squared n times; the
+    # margin is then power * ln|left| (the exponent the chain raises e to)
+    power: float = 0.0
 
     def nodes(self) -> list[int]:
         """The nodes whose values the margin reads."""
@@ -107,11 +116,14 @@ def decision_targets(kernel: Kernel, baseline: Kernel | None,
     analysis = _Analysis(kernel, ranges)
     analysis.run()
     counted = counted_nodes(kernel)
+    squared = {a for n in kernel.nodes for a in _squared(n)}
     targets: list[Target] = []
     for i in range(len(kernel.nodes)):
         if _key(kernel, i) in known:
             continue
         target = _target(kernel, i, counted, analysis)
+        if target is None and i not in squared:  # the top of a chain of squarings
+            target = _squaring(kernel, i)
         if target is not None:
             targets.append(replace(target, dead=_dead(target, analysis)))
     # a where whose condition is a comparison target of its own adds nothing
@@ -165,7 +177,13 @@ def _dead(target: Target, analysis) -> frozenset[str]:
 
     lo_a, hi_a = interval(target.left)
     threshold = magnitude_threshold(target)
-    if threshold is not None:
+    if target.power:  # power * ln|left| over the left's interval
+        top = max(abs(lo_a), abs(hi_a))
+        low = 0.0 if lo_a <= 0 <= hi_a else min(abs(lo_a), abs(hi_a))
+        with np.errstate(divide="ignore"):
+            lo, hi = target.power * np.log(low), target.power * np.log(top)
+        size = SWITCH_BAND / BAND
+    elif threshold is not None:
         top = max(abs(lo_a), abs(hi_a))
         low = 0.0 if lo_a <= 0 <= hi_a else min(abs(lo_a), abs(hi_a))
         lo, hi, size = low - threshold, top - threshold, threshold
@@ -277,6 +295,34 @@ _SLOPE_SAME = frozenset({"load", "store", "relayout", "cast", "slice", "transpos
                          "reshape", "broadcast_to", "reduce_sum"})
 
 
+def _squared(node) -> tuple[int, ...]:
+    """The value node squares (mul(a, a)) or passes on unchanged in a chain of
+    squarings, if any."""
+    if node.op == "mul" and len(node.args) == 2 and node.args[0] == node.args[1] and \
+            type(node.args[0]) is int:
+        return (node.args[0],)
+    if node.op in _SQUARE_SAME and type(node.args[0]) is int and node.type.dtype in (
+            "f32", "bf16"):
+        return (node.args[0],)
+    return ()
+
+
+def _squaring(kernel: Kernel, i: int) -> Target | None:
+    """A switch made by squaring a value n times, 2^n >= STEEP: w^(2^n) is 1 where
+    |w| = 1 and flushes to 0 or overflows to inf as soon as |w| leaves 1 by about
+    1 / 2^n, exp(2^n ln|w|) with no constant to show the slope."""
+    squarings, node = 0, i
+    while (below := _squared(kernel.nodes[node])):
+        squarings += kernel.nodes[node].op == "mul"
+        node = below[0]
+    if squarings == 0 or 2.0 ** squarings < STEEP:
+        return None
+    power = 2.0 ** squarings
+    what = (f"{_name(kernel, node)} squared {squarings} times, a switch: "
+            f"exp({power:g} ln|{_name(kernel, node)}|)")
+    return Target(i, "mul", "switch", _text(kernel, i, what), node, 0.0, power=power)
+
+
 def steep_slope(kernel: Kernel, arg: int) -> tuple[float, int]:
     """(k, v) where arg is k * v + c through constant scales, shifts, negations, sums
     and magnitudes (k 1 and v arg when it is none of those)."""
@@ -342,6 +388,8 @@ def margin(target: Target, values: dict[int, np.ndarray]) -> tuple[np.ndarray, n
             return m, np.ones_like(m)
         if target.kind == "switch":  # the operand itself, its band SWITCH_BAND wide
             x = np.nan_to_num(value(target.left), nan=0.0)
+            if target.power:  # a chain of squarings: the exponent it raises e to
+                x = np.nan_to_num(target.power * np.log(np.abs(x)), nan=0.0)
             return x, np.full_like(x, SWITCH_BAND / BAND)
         threshold = magnitude_threshold(target)
         if threshold is not None:

@@ -427,6 +427,13 @@ def _wanted(target: Target, side: str, near: bool = False
             return [(target.left, (-BF16_WHOLE + 1, BF16_WHOLE - 1))]
         reach = BF16_WHOLE + 8 if near else np.inf
         return [(target.left, (BF16_WHOLE + 1, reach)), (target.left, (-reach, -BF16_WHOLE - 1))]
+    if target.kind == "switch" and target.power:  # |left| within e^(w / power) of 1
+        if near:
+            return []
+        a, b = np.exp(-SWITCH_BAND / target.power), np.exp(SWITCH_BAND / target.power)
+        return {"band": [(target.left, (a, b)), (target.left, (-b, -a))],
+                "below": [(target.left, (-a, a))],
+                "above": [(target.left, (b, np.inf)), (target.left, (-np.inf, -b))]}[side]
     if target.kind == "switch":  # the steep operand into the live band, or past it
         if near:
             return []

@@ -150,3 +150,41 @@ def test_switches_are_seen_through_sums_magnitudes_and_reciprocals(name, op, slo
     spec, baseline = spec_and_baseline(text.split("\n", 1)[0].split()[-1])
     (target,) = decision_targets(parse(text), baseline, declared_ranges(spec))
     assert target.kind == "switch" and target.op == op and f"{slope:g}" in target.text
+
+
+def test_a_value_squared_forty_times_is_a_switch_whose_band_reaches_the_inputs(
+        repo, spec_and_baseline):
+    from stochopt.verify.backprop import backprop
+    from stochopt.verify.directed import _wanted
+
+    text = (repo / "tests/verify/corpus/wrong/matmul__gram_squaring_switch.leir").read_text()
+    spec, baseline = spec_and_baseline("specs/matmul.py")
+    kernel = parse(text)
+    targets = decision_targets(kernel, baseline, declared_ranges(spec))
+    (switch,) = [t for t in targets if t.kind == "switch"]  # the chain's top alone
+    assert switch.power == 2.0 ** 40 and "squared 40 times" in switch.text
+    assert kernel.nodes[switch.left].name == "w0"
+    assert switch.dead == {"above"}  # w0 = 1 / (1 + 100 d / sum|a|) <= 1: never past 1
+    # the band: |w0| within e^(16 / 2^40) of 1, so d / sum|a| is 0: d is 0 (the
+    # quotient's numerator), every |a - b^T| is 0, b^T set from a
+    (wanted,) = [w for w in _wanted(switch, "band") if w[1][0] > 0]
+    goals = [g for alt in backprop(kernel, *wanted) for g in alt]
+    assert any(g.copy is not None for g in goals)
+    ones = {"a": np.ones((256, 512)), "b": np.ones((512, 256))}
+    values = traced.run(kernel, ones, switch.nodes(), exact=False)
+    assert assess(switch, values)["band"] == -0.0  # b == a^T: w0 is 1, in the band
+
+
+def test_a_few_squarings_are_no_switch(spec_and_baseline):
+    spec, baseline = spec_and_baseline(ROTARY)
+    text = ("# spec: specs/rotary.py\n"
+            'def kernel(x: "f32[256,128] @ dram", cos: "f32[256,64] @ dram", '
+            'sin: "f32[256,64] @ dram") -> "f32[256,128] @ dram":\n'
+            '    xs = load(x, "(256,128)/((8_L2B,8_L1B,4_MAB),(128))")\n'
+            '    c = load(cos, "(256,64)/((8_L2B,8_L1B,4_MAB),(64))")\n'
+            '    s = load(sin, "(256,64)/((8_L2B,8_L1B,4_MAB),(64))")\n'
+            "    x1 = xs[0:256, 0:64]\n    x2 = xs[0:256, 64:128]\n"
+            "    c2 = c * c\n    c4 = c2 * c2\n    c8 = c4 * c4\n"
+            "    return store(concat([x1 * c - x2 * s + c8 * 0.0, x2 * c + x1 * s], axis=1))\n")
+    kinds = [t.kind for t in _targets_of(text, spec, baseline)]
+    assert "switch" not in kinds  # c^8: 2^3 is no steep power

@@ -287,7 +287,7 @@ def test_two_views_of_inputs_wanted_equal_back_propagate_to_a_relation(spec_and_
     built = legal(spec, realize(spec, start, (relation,), np.random.default_rng(0), 0.5))
     x1, x2 = built["x"][:, :64], built["x"][:, 64:]
     assert (x2 == -x1).all() and np.abs(x1).max() > 1  # varied values, not zeros
-    assert (through(built["x"], (("slice", ((0, 256), (0, 64))),)) == x1).all()
+    assert (through(built["x"], ("slice", ((0, 256), (0, 64)), ("input",))) == x1).all()
 
 
 def test_a_relation_holds_through_constant_scales_and_repeats_over_a_period(
@@ -308,3 +308,33 @@ def test_a_relation_holds_through_constant_scales_and_repeats_over_a_period(
     gamma = realize(spec, random_spec_inputs(spec, 0), (relation,), np.random.default_rng(0),
                     0.5)["gamma"]
     assert (gamma[128:] == gamma[:-128]).all() and len(np.unique(gamma)) == 128  # a period
+
+
+@pytest.mark.parametrize("name, holds", [
+    # rows equal to their halves swapped: a concat of two slices, a period of 512
+    ("softmax__periodic_rows_rolled", lambda x: (x[:, :512] == x[:, 512:]).all()),
+    # rows equal in pairs, read as the halves of a reshape to (64, 2048)
+    ("softmax__beam_pairs_next_pair", lambda x: (x[0::2] == x[1::2]).all())])
+def test_equal_views_through_concats_and_reshapes_make_equal_classes(name, holds,
+                                                                     spec_and_baseline, repo):
+    spec, _ = spec_and_baseline("specs/softmax.py")
+    kernel = parse((repo / "tests/verify/corpus/wrong" / f"{name}.leir").read_text())
+    d = next(i for i, n in enumerate(kernel.nodes) if n.name == "d")
+    relation = next(g for alt in backprop(kernel, d, (0.0, 0.0)) for g in alt if g.copy)
+    x = realize(spec, random_spec_inputs(spec, 0), (relation,), np.random.default_rng(0),
+                0.5)["x"]
+    assert holds(x) and len(np.unique(x)) > x.size // 4  # varied, not a constant
+
+
+def test_a_mask_wanted_equal_to_a_comparison_is_set_from_its_value(spec_and_baseline, repo):
+    path = "tests/verify/corpus/wrong/masked_softmax_wide__sign_mask_relu_fill.leir"
+    kernel = parse((repo / path).read_text())
+    spec, _ = spec_and_baseline(kernel.spec_path)
+    d = next(i for i, n in enumerate(kernel.nodes)  # cast(mk, "f32") - cast(gt(xs, 0), ...)
+             if n.op == "sub" and kernel.nodes[n.args[0]].op == "cast")
+    relation = next(g for alt in backprop(kernel, d, (0.0, 0.0)) for g in alt if g.copy)
+    assert relation.input == "mask" and type(relation.copy[0]) is int  # from gt(xs, 0)
+    built = realize(spec, random_spec_inputs(spec, 3), (relation,), np.random.default_rng(0),
+                    0.5)
+    assert (built["mask"] == (built["x"] > 0)).all()
+    assert 0 < built["mask"].mean() < 1  # some kept, some dropped: where the bug shows
