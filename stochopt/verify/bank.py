@@ -171,11 +171,13 @@ class CheckContext:
     def __init__(self, spec: Spec, baseline: Kernel, machine=None,
                  directory: str | Path | None = None, entry_bytes: int | None = None,
                  value_bytes: int | None = None) -> None:
+        from stochopt.verify.magnitude import reduction_terms
         from stochopt.verify.reference import typical_output_scale
 
         default_entries, default_values = memory_budgets()
         self.spec, self.baseline, self.machine = spec, baseline, machine
         self.typical_scale = typical_output_scale(spec)
+        self.terms = reduction_terms(baseline)  # the precision floor's sums (compare.py)
         self.values = NodeValues(value_bytes or default_values, admit=dear_values)
         self.entry_budget = entry_bytes or default_entries
         self.entries: OrderedDict[Hashable, Entry] = OrderedDict()
@@ -307,7 +309,7 @@ class CheckContext:
             spec = self.spec
             entry.allowance = precision_allowance(
                 entry.reference, spec.output_dtype, spec.rtol, spec.atol,
-                entry.baseline_output, magnitude=entry.magnitude)
+                entry.baseline_output, magnitude=entry.magnitude, terms=self.terms)
             self._account(entry, sum(np.asarray(a).nbytes for a in entry.allowance
                                      if a is not None))
         return entry

@@ -209,7 +209,7 @@ class _Comparison:
                else self.context.output(self.kernel, inputs, exact=False))
         base = entry.baseline_output
         judge = partial(precision_check, got, ref, self.spec.output_dtype, self.spec.rtol,
-                        self.spec.atol, base, magnitude=size)
+                        self.spec.atol, base, magnitude=size, terms=self.context.terms)
         prec, bad = judge(allowance=entry.allowance)
         near = 0.0
         if (bad is not None and bad.check == "precision" and base is not None

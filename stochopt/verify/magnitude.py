@@ -103,3 +103,28 @@ def _magnitude(op: str, args: list, mags: list, attrs: dict, value: np.ndarray):
     if op in ("neg", "abs"):
         return mags[0]
     return np.abs(cast(value, np.float64))  # functions, comparisons, full
+
+
+def reduction_terms(kernel: Kernel) -> int:
+    """How many terms the kernel's sums add up on the way to its output, all of them
+    together (a matmul's contraction counts as a sum of its K terms, each sum node once):
+    rounding the same additions in another order differs by about sqrt(terms / 6) units
+    in the last place of the terms' size (compare.REORDER_SIGMAS). Taken from the
+    baseline, never from the candidate, which could add sums to widen its own floor."""
+    need = [False] * len(kernel.nodes)
+    need[kernel.output] = True
+    terms = 0
+    for i in range(len(kernel.nodes) - 1, -1, -1):
+        if not need[i]:
+            continue
+        node = kernel.nodes[i]
+        for a in node.inputs:
+            need[a] = True
+        if node.op == "matmul":
+            terms += kernel.nodes[node.inputs[0]].type.shape[-1]
+        elif node.op == "reduce_sum":
+            shape = kernel.nodes[node.inputs[0]].type.shape
+            axes = node.attr("axis")
+            for axis in (axes if isinstance(axes, tuple | list) else (axes,)):
+                terms += shape[axis] if axis is not None else int(np.prod(shape))
+    return terms

@@ -18,7 +18,7 @@ from stochopt.verify.compare import (
     semantic_error,
     semantic_limit,
 )
-from stochopt.verify.magnitude import magnitudes
+from stochopt.verify.magnitude import magnitudes, reduction_terms
 from stochopt.verify.ranges import analyze, declared_ranges
 from stochopt.verify.reference import (
     baseline_error_nearby,
@@ -43,6 +43,7 @@ class ScreeningSet:
         self.magnitudes: list[np.ndarray] = []
         self.limits: list[tuple | None] = []
         self.typical_scale = typical_output_scale(spec)
+        self.terms = reduction_terms(baseline)  # the precision floor's sums (compare.py)
         # the static range analysis runs first on every candidate; the baseline's once
         self.ranges = declared_ranges(spec)
         self.baseline_safe = analyze(baseline, self.ranges).poison is None
@@ -69,7 +70,7 @@ class ScreeningSet:
             size = self.magnitudes[i]
             tol, allowed, _ = precision_allowance(ref, self.spec.output_dtype, self.spec.rtol,
                                                   self.spec.atol, self.baseline_outputs[i],
-                                                  magnitude=size)
+                                                  magnitude=size, terms=self.terms)
             with np.errstate(invalid="ignore"):  # inf * 0 where ref is inf: unused then
                 limit = tol * allowed
             self.limits[i] = (bool(np.isfinite(ref).all()),
@@ -116,7 +117,7 @@ class ScreeningSet:
         if finite and _within(got, ref, prec_limit):
             return 0.0  # the common case, decided without building error arrays
         prec, bad = precision_check(got, ref, self.spec.output_dtype, self.spec.rtol,
-                                    self.spec.atol, base, magnitude=size)
+                                    self.spec.atol, base, magnitude=size, terms=self.terms)
         if (bad is not None and bad.check == "precision" and self.spec.rtol is None
                 and self.spec.atol is None):
             # as check() does: judge again by the baseline's worst error nearby
@@ -124,7 +125,8 @@ class ScreeningSet:
                 self.baseline_nearby[i] = baseline_error_nearby(
                     self.spec, self.baseline, x, reference=ref, magnitude=size)
             prec, bad = precision_check(got, ref, self.spec.output_dtype, self.spec.rtol,
-                                        self.spec.atol, base, self.baseline_nearby[i], size)
+                                        self.spec.atol, base, self.baseline_nearby[i], size,
+                                        terms=self.terms)
         if bad is None:
             return 0.0
         return FAIL_COST + min(MAX_INPUT_COST, float(np.log2(max(prec, 1.0))))

@@ -165,3 +165,26 @@ def test_bf16_outputs_get_the_bf16_default():
     # 2e-2 |ref| + 4e-3 * scale = 0.036 at element 0
     assert precision_check(_off(REF, (0, 0), 0.03), REF, "bf16", None, None, REF)[1] is None
     assert precision_check(_off(REF, (0, 0), 0.04), REF, "bf16", None, None, REF)[1] is not None
+
+
+def test_the_floor_grows_with_the_terms_of_the_baselines_sums():
+    """Sums of n terms in another order differ by about sqrt(n / 6) units, so an error
+    of 60 units at the output's scale (4) is noise after 4,224 terms (a 106-unit floor)
+    and a difference after none (32 units), where the baseline is exact."""
+    from stochopt.verify.compare import REORDER_SIGMAS
+
+    got = _off(REF, (0, 3), 60 * ULP["f32"] * 4)
+    assert precision_check(got, REF, "f32", None, None, REF.copy())[1] is not None
+    assert precision_check(got, REF, "f32", None, None, REF.copy(), terms=4224)[1] is None
+    assert REORDER_SIGMAS * np.sqrt(4224 / 6) == pytest.approx(106.1, abs=0.1)
+    far = _off(REF, (0, 3), 120 * ULP["f32"] * 4)
+    assert precision_check(far, REF, "f32", None, None, REF.copy(), terms=4224)[1] is not None
+
+
+def test_the_terms_are_the_baselines_sums_and_contractions(spec_and_baseline):
+    from stochopt.verify.magnitude import reduction_terms
+
+    _, baseline = spec_and_baseline("specs/attention_decode.py")
+    assert reduction_terms(baseline) == 128 + 2048 + 2048  # q k^T, the row sum, p v
+    _, baseline = spec_and_baseline("specs/gelu.py")
+    assert reduction_terms(baseline) == 0
