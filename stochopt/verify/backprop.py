@@ -209,7 +209,7 @@ def view_of(kernel: Kernel, node: int) -> tuple[str, tuple, float, float] | None
             return None  # a constant, another input or another image among the parts
         name, _, scale, shift = parts[0]
         return name, ("concat", n.attr("axis"), tuple(p[1] for p in parts)), scale, shift
-    if type(n.args[0]) is not int:
+    if not n.args or type(n.args[0]) is not int:  # a full(), a constant operand
         return None
     if n.op in _VIEW_SAME:
         if n.op == "cast" and n.attr("dtype") in ("i32", "bool") and \

@@ -62,6 +62,10 @@ GUARD, GUARD_MAX = 1e-6, 1e-2
 # operand lies within SWITCH_BAND of 0 (tanh(16) is 1 - 3e-14, exp(-16) is 1e-7, 1/16)
 SWITCHES = ("exp", "tanh", "reciprocal", "rsqrt", "div")
 STEEP, SWITCH_BAND = 1e3, 16.0
+# an operand reaching this many band units is a switch however it is scaled (a tensor of
+# 1e30, a moderate constant times a sum over a whole cache, a divisor against a tiny
+# numerator), as long as the declared ranges let it reach that far
+REACH_ALONE = 1e6
 # ops between two squarings of a chain that keep its elements' values
 _SQUARE_SAME = frozenset({"load", "store", "relayout", "cast", "slice", "transpose",
                           "reshape", "broadcast_to"})
@@ -93,6 +97,8 @@ class Target:
     # for a "switch" made by squaring: 2^n, the left the value squared n times; the
     # margin is then power * ln|left| (the exponent the chain raises e to)
     power: float = 0.0
+    # for a "switch": the operand's margin is operand / unit (a division's numerator size)
+    unit: float = 1.0
 
     def nodes(self) -> list[int]:
         """The nodes whose values the margin reads."""
@@ -197,6 +203,8 @@ def _dead(target: Target, analysis) -> frozenset[str]:
                 lo, hi = max(lo, limits[0]), min(hi, limits[1])
     if target.kind == "switch":
         size = SWITCH_BAND / BAND
+        if not target.power:
+            lo, hi = lo / target.unit, hi / target.unit
     if np.isnan(lo) or np.isnan(hi):
         return frozenset()
     dead = set()
@@ -279,11 +287,16 @@ def _target(kernel: Kernel, i: int, counted, analysis) -> Target | None:
     operand = node.args[-1] if op in SWITCHES else None  # a division's divisor
     if type(operand) is int and (op != "div" or len(node.args) == 2):
         slope, value = steep_slope(kernel, operand)
-        reach = max(abs(v) for v in analysis.intervals[operand])
+        unit = _numerator_size(node, analysis) if op == "div" else 1.0
+        reach = max(abs(v) for v in analysis.intervals[operand]) / unit
         if abs(slope) >= STEEP and reach >= STEEP:
             what = (f"{op}({_name(kernel, operand)}), a switch: "
                     f"{_name(kernel, value)} scaled by {slope:g}")
-            return Target(i, op, "switch", _text(kernel, i, what), operand, 0.0)
+            return Target(i, op, "switch", _text(kernel, i, what), operand, 0.0, unit=unit)
+        if reach >= REACH_ALONE:  # steep however it is written: a tensor of 1e30, a sum
+            what = (f"{op}({_name(kernel, operand)}), a switch: reaching {reach:.3g} "
+                    f"times its band's unit")
+            return Target(i, op, "switch", _text(kernel, i, what), operand, 0.0, unit=unit)
     if i in counted and node.type.dtype == "bf16":  # a count held in bf16: past 256?
         what = f"{_name(kernel, i)} = {node.op}(...), a count held in bf16"
         return Target(i, op, "cast", _text(kernel, i, what), i, BF16_WHOLE)
@@ -293,6 +306,16 @@ def _target(kernel: Kernel, i: int, counted, analysis) -> Target | None:
 # ops a slope passes through unchanged: the same values, or sums of them
 _SLOPE_SAME = frozenset({"load", "store", "relayout", "cast", "slice", "transpose",
                          "reshape", "broadcast_to", "reduce_sum"})
+
+
+def _numerator_size(node, analysis) -> float:
+    """The largest magnitude a division's numerator reaches (1 where it is unknown or 0):
+    a / d is live, neither flushed towards 0 nor past a's size, where |d| is within
+    SWITCH_BAND of it (1e-45 / (c + 1e-45) is 1 at c = 0 and negligible from c = 1e-43)."""
+    a = node.args[0]
+    size = abs(float(a.value)) if isinstance(a, Const) else max(
+        abs(v) for v in analysis.intervals[a])
+    return size if 0 < size < np.inf else 1.0
 
 
 def _squared(node) -> tuple[int, ...]:
@@ -390,6 +413,8 @@ def margin(target: Target, values: dict[int, np.ndarray]) -> tuple[np.ndarray, n
             x = np.nan_to_num(value(target.left), nan=0.0)
             if target.power:  # a chain of squarings: the exponent it raises e to
                 x = np.nan_to_num(target.power * np.log(np.abs(x)), nan=0.0)
+            else:
+                x = x / target.unit
             return x, np.full_like(x, SWITCH_BAND / BAND)
         threshold = magnitude_threshold(target)
         if threshold is not None:

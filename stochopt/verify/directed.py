@@ -132,7 +132,8 @@ class _Search:
         every side before the drawn ones, so a short budget tries each), until `until`
         inputs are compared (the rest is kept for the sides still open)."""
         pending, self.reached_by = self.reached_by, {}
-        for variants in (self._correlated, self._itself, self._redrawn):
+        self.quantized_for: set[int] = set()
+        for variants in (self._correlated, self._itself, self._redrawn, self._quantized):
             # one variant of each side in turn
             queues = [(variants(inputs, key[0], uncompared), how)
                       for key, (inputs, how, uncompared) in pending.items()]
@@ -195,6 +196,24 @@ class _Search:
             seed = int(self.rng.integers(1 << 30))
             yield dict(inputs, **{n: build_tensor(self.spec.inputs[n], Recipe(pattern, seed + k))
                                   for n in free})
+
+    def _quantized(self, inputs: dict, index: int, _uncompared: bool = False):
+        """Once per decision: fresh inputs whose values the decision reads lie on a grid
+        (moves.py ``grid``: fixed point, bf16, ternary, 0/1), the structures quantized
+        workloads have and a decision written as arithmetic may single out; the random
+        draws never land on one."""
+        from stochopt.verify.strategies import random_spec_inputs
+
+        if index in self.quantized_for:
+            return
+        self.quantized_for.add(index)
+        reads = [n for n in self.deciding[index] if self.spec.inputs[n].dtype != "bool"]
+        for value in parameters(self.spec, reads[0], "grid", []) if reads else ():
+            fresh = random_spec_inputs(self.spec, int(self.rng.integers(1 << 30)))
+            for name in reads:
+                fresh = move(self.spec, fresh, name, "grid", value, self.rng)
+            yield dict(fresh, **{n: inputs[n] for n in inputs
+                                 if self.spec.inputs[n].dtype == "bool"})
 
     def _correlated(self, inputs: dict, index: int, _uncompared: bool = False):
         """A float input of the shape of a mask the decision reads (and it does not), with
@@ -437,7 +456,7 @@ def _wanted(target: Target, side: str, near: bool = False
     if target.kind == "switch":  # the steep operand into the live band, or past it
         if near:
             return []
-        w = SWITCH_BAND
+        w = SWITCH_BAND * target.unit
         return [(target.left, {"band": (-w, w), "below": (-np.inf, -w),
                                "above": (w, np.inf)}[side])]
     if target.kind == "guard":  # |x| against the guard, either sign

@@ -12,7 +12,9 @@ parameter); the AFL-style loop draws moves and parameters at random.
     spread      each row's mean + (x - mean) * s
     shift       x + d
     extreme     one element per row at low or high (at a random column)
-    integers    x rounded to whole numbers
+    grid        quantized values: x rounded to multiples of v (1: whole numbers, 1/2 ...
+                1/16: fixed point), to bf16 (v = 0), or to levels {-1, 0, 1} (v = -1:
+                ternary weights) or {0, 1} (v = -2: multi-hot features), per row
     copy_row    one row copied over another (equal rows, ties)
     ties        each row's max copied to k places (k from 1 to the whole row: a count
                 of ties at the max past what bf16 counts)
@@ -33,7 +35,7 @@ from stochopt.verify.families import KEPT, prefix_rows
 from stochopt.verify.strategies import representable
 
 FLOAT_MOVES = ("fill", "fill_row", "fill_some", "scale", "spread", "shift", "extreme",
-               "integers", "copy_row", "ties", "sort", "negate_from", "copy_from")
+               "grid", "copy_row", "ties", "sort", "negate_from", "copy_from")
 MASK_MOVES = ("kept", "flip", "fill_row", "fill", "prefix")
 SCALES = tuple(10.0 ** -k for k in (0.5, 1, 2, 3, 5, 8, 12, 20, 30, 37, 40, 44))
 
@@ -104,8 +106,14 @@ def move(spec: Spec, inputs: dict[str, np.ndarray], name: str, kind: str, value:
     elif kind == "extreme":
         rows[np.arange(rows.shape[0]), rng.integers(rows.shape[1], size=rows.shape[0])] = (
             hi if value > 0 else lo)
-    elif kind == "integers":
-        rows[:] = np.rint(rows)
+    elif kind == "grid" and value > 0:
+        rows[:] = np.rint(rows / value) * value
+    elif kind == "grid" and value == 0:
+        rows[:] = representable(rows, "bf16", -np.inf, np.inf)
+    elif kind == "grid":  # levels: a third of each row's size and more is a step
+        size = np.abs(rows).max(axis=1, keepdims=True)
+        levels = np.rint(rows / np.where(size > 0, size, 1.0) * 1.5)
+        rows[:] = np.clip(levels, -1.0 if value == -1 else 0.0, 1.0)
     elif kind == "copy_row":
         rows[r] = rows[rng.integers(rows.shape[0])]
     elif kind == "sort":
@@ -161,6 +169,8 @@ def parameters(spec: Spec, name: str, kind: str, constants: list[float]) -> list
         return [1.0, -1.0]
     if kind in ("negate_from", "copy_from"):
         return [0.5, 1.0, 0.1]  # the share of elements taken from the other input
+    if kind == "grid":  # whole numbers first, as before there were other grids
+        return [1.0, 0.0, 0.125, 0.5, 0.0625, -1.0, -2.0]
     return [0.0]
 
 

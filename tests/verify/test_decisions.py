@@ -165,7 +165,7 @@ def test_a_value_squared_forty_times_is_a_switch_whose_band_reaches_the_inputs(
     spec, baseline = spec_and_baseline("specs/matmul.py")
     kernel = parse(text)
     targets = decision_targets(kernel, baseline, declared_ranges(spec))
-    (switch,) = [t for t in targets if t.kind == "switch"]  # the chain's top alone
+    (switch,) = [t for t in targets if t.power]  # the chain's top alone
     assert switch.power == 2.0 ** 40 and "squared 40 times" in switch.text
     assert kernel.nodes[switch.left].name == "w0"
     assert switch.dead == {"above"}  # w0 = 1 / (1 + 100 d / sum|a|) <= 1: never past 1
@@ -184,3 +184,24 @@ def test_a_few_squarings_are_no_switch(spec_and_baseline):
     text = _rotary_with("    c2 = c * c\n    c4 = c2 * c2\n    g = c4 * c4\n")
     kinds = [t.kind for t in _targets_of(text, spec, baseline)]
     assert "switch" not in kinds  # c^8: 2^3 is no steep power
+
+
+def test_a_steep_gate_is_a_switch_however_its_slope_is_written(spec_and_baseline):
+    """A slope in a tensor of 1e30 (no constant to see), or a divisor against a tiny
+    numerator: the operand reaches a million band units, so the gate is a switch, and a
+    quotient's band is measured in its numerator's size."""
+    from stochopt.verify.directed import _wanted
+
+    spec, baseline = spec_and_baseline(ROTARY)
+    lay = '"(256,64)/((8_L2B,8_L1B,4_MAB),(64))"'
+    big = _rotary_with(f'    k = full((256, 64), 1e+30, "f32", {lay})\n'
+                       "    g = exp(neg(abs(c) * k))\n")
+    (switch,) = [t for t in _targets_of(big, spec, baseline) if t.kind == "switch"]
+    assert "reaching" in switch.text and switch.unit == 1.0
+    tiny = _rotary_with(f'    u = full((256, 64), 1e-30, "f32", {lay})\n'
+                        "    g = u / (abs(s) + u)\n")
+    (switch,) = [t for t in _targets_of(tiny, spec, baseline) if t.kind == "switch"]
+    assert switch.unit == pytest.approx(1e-30, rel=1e-6)
+    (node, (lo, hi)), = _wanted(switch, "band")  # |s| + u within 16 u: s is 0
+    assert hi == pytest.approx(16e-30, rel=1e-6) and lo == -hi
+    assert switch.dead == {"below"}  # |s| + u > 0

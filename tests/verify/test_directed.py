@@ -127,7 +127,7 @@ def test_moves_keep_inputs_legal_and_walk_the_kernels_thresholds(spec_and_baseli
     assert values[0] == 3.0 and 3.0003 in values  # the threshold first, then beside it
     assert min(abs(v) for v in values if v) < 1e-40  # down to the subnormals
     start = random_spec_inputs(spec, 0)
-    for kind in ("fill", "scale", "spread", "shift", "extreme", "integers", "copy_row"):
+    for kind in ("fill", "scale", "spread", "shift", "extreme", "grid", "copy_row"):
         moved = legal(spec, move(spec, start, "x", kind, parameters(spec, "x", kind,
                                                                    constants)[-1],
                                  np.random.default_rng(1)))
@@ -338,3 +338,22 @@ def test_a_mask_wanted_equal_to_a_comparison_is_set_from_its_value(spec_and_base
                     0.5)
     assert (built["mask"] == (built["x"] > 0)).all()
     assert 0 < built["mask"].mean() < 1  # some kept, some dropped: where the bug shows
+
+
+def test_a_constant_tensor_is_no_view_of_an_input():
+    """full() has no operand: a relation with it is none (it once raised IndexError)."""
+    from stochopt.verify.backprop import view_of
+
+    kernel = parse("# spec: specs/softmax.py\n"
+                   'def kernel(x: "f32[128,1024] @ dram") -> "f32[128,1024] @ dram":\n'
+                   '    xs = load(x, "(128,1024)/((8_L2B,8_L1B,2_MAB),(1024))")\n'
+                   '    k = full((128, 1024), 2.0, "f32", '
+                   '"(128,1024)/((8_L2B,8_L1B,2_MAB),(1024))")\n'
+                   "    return store((xs - k) * 0.0 + exp(xs - reduce_max(xs, axis=1, "
+                   "keepdims=True)) / reduce_sum(exp(xs - reduce_max(xs, axis=1, "
+                   "keepdims=True)), axis=1, keepdims=True))\n")
+    full = next(i for i, n in enumerate(kernel.nodes) if n.op == "full")
+    assert view_of(kernel, full) is None
+    sub = next(i for i, n in enumerate(kernel.nodes) if n.op == "sub" and full in n.inputs)
+    goals = [g for alt in backprop(kernel, sub, (0.0, 0.0)) for g in alt]
+    assert any(g.copy is not None and g.copy[0] == full for g in goals)  # x set to k's 2.0
