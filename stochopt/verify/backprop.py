@@ -304,9 +304,10 @@ def _tied(shape: tuple, source: tuple, target: tuple) -> np.ndarray:
     """For each element of an input of this shape, the first element it must equal
     where the two views of it must be equal element by element: the classes of the
     equalities (a union-find by least index, pointers jumped each round)."""
-    a = through(np.arange(int(np.prod(shape))).reshape(shape), source).reshape(-1)
-    b = through(np.arange(int(np.prod(shape))).reshape(shape), target).reshape(-1)
-    labels = np.arange(int(np.prod(shape)))
+    index = np.arange(int(np.prod(shape))).reshape(shape)  # read only: a, b may view it
+    a = through(index, source).reshape(-1)
+    b = through(index, target).reshape(-1)
+    labels = index.reshape(-1).copy()
     for _ in range(COPY_REPEATS):
         least = np.minimum(labels[a], labels[b])
         before = labels.copy()
@@ -390,7 +391,7 @@ def _realize_copy(spec, inputs: dict[str, np.ndarray], goal: Goal) -> dict | Non
     equal views of one input make its elements equal in classes (a period, rows in
     pairs); other relations between overlapping views of one input are repeated until
     they hold."""
-    source, source_steps, steps, alpha, beta = goal.copy
+    source, source_view, view, alpha, beta = goal.copy
     t = spec.inputs[goal.input]
     if t.dtype == "bool" and (alpha, beta) != (1.0, 0.0):
         return None
@@ -399,20 +400,20 @@ def _realize_copy(spec, inputs: dict[str, np.ndarray], goal: Goal) -> dict | Non
     out = dict(inputs)
     if source == goal.input and (alpha, beta) == (1.0, 0.0):  # equal views of one input
         try:
-            out[goal.input] = x.reshape(-1)[_tied(x.shape, source_steps, steps)].reshape(
+            out[goal.input] = x.reshape(-1)[_tied(x.shape, source_view, view)].reshape(
                 x.shape)
         except ValueError:  # shapes that do not line up after all
             return None
         return out
     for _ in range(COPY_REPEATS if source == goal.input else 1):
-        values = through(np.asarray(out[source]), source_steps) if type(source) is str \
+        values = through(np.asarray(out[source]), source_view) if type(source) is str \
             else traced.run(goal.kernel, out, [source], exact=False)[source]
         values = np.asarray(values, bool) if t.dtype == "bool" else np.clip(
             alpha * np.asarray(values, np.float64) + beta, *t.bounds)
-        if source == goal.input and np.array_equal(through(x, steps), values):
+        if source == goal.input and np.array_equal(through(x, view), values):
             break
         try:
-            x = _written(x, steps, values)
+            x = _written(x, view, values)
         except ValueError:  # shapes that do not line up after all
             return None
         out[goal.input] = x
