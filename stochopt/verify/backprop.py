@@ -50,6 +50,7 @@ class Goal:
     interval: Interval
     rows: bool   # True: whole rows at one value (through a reduction); else elements
     spread: bool = False  # rows whose max - min lies in the interval (a row's range)
+    norm: bool = False    # varied rows whose sum of squares lies in the interval
     # a relation instead of an interval: (source input, its view, this input's view,
     # alpha, beta): this input's view set to alpha * the source's view + beta, each view
     # the movements (slices, transposes, reshapes, concats) that lead from the input to
@@ -86,7 +87,8 @@ def backprop(kernel: Kernel, node: int, want: Interval, rows: bool = False,
         return back(tensors[0], (lo, hi), True)
     if op == "reduce_sum":
         count = kernel.nodes[tensors[0]].type.shape[n.attr("axis")]
-        return back(tensors[0], (lo / count, hi / count), True)
+        return (_norm_rows(kernel, n, lo, hi)
+                + back(tensors[0], (lo / count, hi / count), True))[:MAX_ALTERNATIVES]
     if op == "neg":
         return back(tensors[0], (-hi, -lo))
     if op == "where" and len(tensors) == 3 and not consts:
@@ -137,6 +139,23 @@ def backprop(kernel: Kernel, node: int, want: Interval, rows: bool = False,
             low = max(lo, 0.0)
             return back(tensors[0], (low, hi)) + back(tensors[0], (-hi, -low))
     return []
+
+
+def _norm_rows(kernel: Kernel, n, lo: float, hi: float) -> list[Alternative]:
+    """A sum over the last axis of a square of a view of an input (scaled, not shifted):
+    varied rows of that input scaled to the wanted sum of squares (unit-norm keys), where
+    rows at one value would meet it only as constants, on which a fast path for such rows
+    may well agree with the right one."""
+    square = kernel.nodes[n.inputs[0]]
+    axis = n.attr("axis")
+    if hi <= 0 or axis not in (-1, len(square.type.shape) - 1) or square.op != "mul" or \
+            square.args[0] != square.args[1] or type(square.args[0]) is not int:
+        return []
+    view = view_of(kernel, square.args[0])
+    if view is None or view[1] != ("input",) or view[3] != 0 or view[2] == 0:
+        return []
+    name, _, scale, _ = view
+    return [(Goal(name, (max(lo, 0.0) / scale ** 2, hi / scale ** 2), True, norm=True),)]
 
 
 # ops that keep each row's values (the last axis is the row in both), so its spread
@@ -330,12 +349,12 @@ def both(first: list[Alternative], second: list[Alternative]) -> list[Alternativ
             for goal in a + b:
                 if goal.copy is not None:
                     continue
-                key = (goal.input, goal.rows, goal.spread)
+                key = (goal.input, goal.rows, goal.spread, goal.norm)
                 lo, hi = merged.get(key, (-np.inf, np.inf))
                 merged[key] = (max(lo, goal.interval[0]), min(hi, goal.interval[1]))
             if all(lo <= hi for lo, hi in merged.values()):
-                out.append(tuple(Goal(name, iv, rows, spread)
-                                 for (name, rows, spread), iv in merged.items()) + copies)
+                out.append(tuple(Goal(name, iv, rows, spread, norm=norm)
+                                 for (name, rows, spread, norm), iv in merged.items()) + copies)
     return out
 
 
@@ -430,6 +449,10 @@ def _realize_goal(spec, inputs: dict[str, np.ndarray], goal: Goal,
     lo, hi = t.bounds
     if goal.spread:  # a row's max - min: no more than the declared range's width
         a, b = max(goal.interval[0], 0.0), min(goal.interval[1], hi - lo)
+    elif goal.norm:  # a row's sum of squares: no more than its elements' largest
+        a, b = max(goal.interval[0], 0.0), min(goal.interval[1],
+                                               (t.shape[-1] if t.shape else 1)
+                                               * max(lo * lo, hi * hi))
     else:
         a, b = max(goal.interval[0], lo), min(goal.interval[1], hi)
     if a > b:
@@ -438,11 +461,18 @@ def _realize_goal(spec, inputs: dict[str, np.ndarray], goal: Goal,
     x = np.asarray(inputs[goal.input], np.float64).copy()
     rows = x.reshape(-1, x.shape[-1])
     if goal.rows:
-        pick = rng.random(rows.shape[0]) < share
+        # rows normalized come as a whole tensor of them (every key of a QK-norm cache)
+        pick = rng.random(rows.shape[0]) < (1.0 if goal.norm else share)
         pick[rng.integers(rows.shape[0])] = True
         k = int(pick.sum())
-        rows[pick] = _spread_rows(rng, a, b, lo, hi, (k, rows.shape[1])) if goal.spread \
-            else _draw(rng, a, b, (k, 1))
+        if goal.norm:  # uniform rows, each scaled to its sum of squares
+            fresh = rng.uniform(lo, hi, (k, rows.shape[1]))
+            size = np.sum(fresh * fresh, axis=1, keepdims=True)
+            rows[pick] = fresh * np.sqrt(_draw(rng, a, b, (k, 1)) / np.where(size > 0, size,
+                                                                               1.0))
+        else:
+            rows[pick] = _spread_rows(rng, a, b, lo, hi, (k, rows.shape[1])) \
+                if goal.spread else _draw(rng, a, b, (k, 1))
     else:
         pick = rng.random(rows.shape) < share
         rows[pick] = _draw(rng, a, b, int(pick.sum()))

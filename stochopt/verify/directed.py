@@ -457,8 +457,9 @@ def _wanted(target: Target, side: str, near: bool = False
         if near:
             return []
         w = SWITCH_BAND * target.unit
-        return [(target.left, {"band": (-w, w), "below": (-np.inf, -w),
-                               "above": (w, np.inf)}[side])]
+        if side == "band":  # its open centre first (exp(0): the gate wide open), then all
+            return [(target.left, (-w * BAND, w * BAND)), (target.left, (-w, w))]
+        return [(target.left, {"below": (-np.inf, -w), "above": (w, np.inf)}[side])]
     if target.kind == "guard":  # |x| against the guard, either sign
         c = float(target.right)
         eps = BAND * c / 2

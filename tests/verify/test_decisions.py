@@ -202,6 +202,8 @@ def test_a_steep_gate_is_a_switch_however_its_slope_is_written(spec_and_baseline
                         "    g = u / (abs(s) + u)\n")
     (switch,) = [t for t in _targets_of(tiny, spec, baseline) if t.kind == "switch"]
     assert switch.unit == pytest.approx(1e-30, rel=1e-6)
-    (node, (lo, hi)), = _wanted(switch, "band")  # |s| + u within 16 u: s is 0
-    assert hi == pytest.approx(16e-30, rel=1e-6) and lo == -hi
+    # the band: its open centre first (|s| + u within 0.016 u), then all of it (16 u)
+    (_, centre), (_, band) = _wanted(switch, "band")
+    assert centre[1] == pytest.approx(16e-33, rel=1e-6) and centre[0] == -centre[1]
+    assert band[1] == pytest.approx(16e-30, rel=1e-6) and band[0] == -band[1]
     assert switch.dead == {"below"}  # |s| + u > 0

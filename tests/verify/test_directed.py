@@ -63,11 +63,14 @@ def test_back_propagation_splits_a_where_and_intersects_goals():
     band = next(i for i, n in enumerate(kernel.nodes) if n.name == "band")
     alternatives = backprop(kernel, band, (1.0, 1.0))
     # the true branch: 14 < mean square < 14.01, rows of x near +-sqrt(14)
-    rows = [a for a in alternatives if len(a) == 1 and a[0].rows]
+    rows = [a for a in alternatives if len(a) == 1 and a[0].rows and not a[0].norm]
     assert rows, alternatives
     intervals = sorted(a[0].interval for a in rows)
     assert intervals[0] == pytest.approx((-np.sqrt(14.01), -np.sqrt(14.0)))
     assert intervals[-1] == pytest.approx((np.sqrt(14.0), np.sqrt(14.01)))
+    # and varied rows whose sum of squares is 2,048 times that
+    (norm,) = [a[0] for a in alternatives if len(a) == 1 and a[0].norm]
+    assert norm.interval == pytest.approx((14.0 * 2048, 14.01 * 2048))
 
 
 # a shortcut for rows whose max - min lies in a narrow band (two nested selections)
@@ -357,3 +360,22 @@ def test_a_constant_tensor_is_no_view_of_an_input():
     sub = next(i for i, n in enumerate(kernel.nodes) if n.op == "sub" and full in n.inputs)
     goals = [g for alt in backprop(kernel, sub, (0.0, 0.0)) for g in alt]
     assert any(g.copy is not None and g.copy[0] == full for g in goals)  # x set to k's 2.0
+
+
+def test_a_sum_of_squares_wanted_near_one_makes_varied_unit_norm_rows(spec_and_baseline):
+    """Rows at one value meet a wanted row norm only as constant rows, where a fast path
+    for normalized keys agrees with the right one; the norm goal scales varied rows."""
+    spec, _ = spec_and_baseline("specs/attention_decode.py")
+    kernel = parse("# spec: specs/attention_decode.py\n"
+                   'def kernel(k: "bf16[2048,128] @ dram") -> "f32[2048,1] @ dram":\n'
+                   '    ks = cast(load(k, "(2048,128)/((8_L2B,8_L1B,16_MAB,2),(128)); '
+                   'B@[PE]"), "f32")\n'
+                   "    n = reduce_sum(ks * ks, axis=1, keepdims=True)\n"
+                   "    return store(n)\n")
+    n = next(i for i, node in enumerate(kernel.nodes) if node.name == "n")
+    (norm,) = [g for alt in backprop(kernel, n, (0.999, 1.001)) for g in alt if g.norm]
+    assert norm.input == "k" and norm.rows and norm.interval == (0.999, 1.001)
+    k = realize(spec, random_spec_inputs(spec, 0), (norm,), np.random.default_rng(0), 0.1)["k"]
+    size = (k * k).sum(axis=1)
+    assert np.allclose(size, 1.0, atol=1e-3)  # every row: a cache of normalized keys
+    assert len(np.unique(k)) > k.size // 4   # varied values, not constant rows
