@@ -211,6 +211,7 @@ def _spread(kernel: Kernel, node: int, want: Interval, depth: int) -> list[Alter
 _VIEW_SAME = frozenset({"load", "store", "relayout", "cast"})
 # and those that move them: a view of the operand's elements
 _VIEW_STEPS = frozenset({"slice", "transpose", "reshape", "broadcast_to"})
+VIEW_OPS = _VIEW_SAME | _VIEW_STEPS  # every element's value kept, only moved
 COPY_REPEATS = 64  # a copy between overlapping views of one input, applied until it holds
 
 
@@ -310,10 +311,15 @@ def through(x: np.ndarray, view: tuple) -> np.ndarray:
     return np.broadcast_to(inner, view[1])
 
 
+def _indices(shape: tuple, view: tuple) -> np.ndarray:
+    """The flat index, in an input of this shape, of each element the view reads."""
+    return through(np.arange(int(np.prod(shape))).reshape(shape), view)
+
+
 def _written(x: np.ndarray, view: tuple, values: np.ndarray) -> np.ndarray:
     """x with the elements the view reads replaced by values (where the view reads an
     element twice, one of its values)."""
-    index = through(np.arange(x.size).reshape(x.shape), view)
+    index = _indices(x.shape, view)
     out = x.copy().reshape(-1)
     out[index.reshape(-1)] = np.broadcast_to(values, index.shape).reshape(-1)
     return out.reshape(x.shape)
@@ -323,10 +329,9 @@ def _tied(shape: tuple, source: tuple, target: tuple) -> np.ndarray:
     """For each element of an input of this shape, the first element it must equal
     where the two views of it must be equal element by element: the classes of the
     equalities (a union-find by least index, pointers jumped each round)."""
-    index = np.arange(int(np.prod(shape))).reshape(shape)  # read only: a, b may view it
-    a = through(index, source).reshape(-1)
-    b = through(index, target).reshape(-1)
-    labels = index.reshape(-1).copy()
+    a = _indices(shape, source).reshape(-1)
+    b = _indices(shape, target).reshape(-1)
+    labels = np.arange(int(np.prod(shape)))
     for _ in range(COPY_REPEATS):
         least = np.minimum(labels[a], labels[b])
         before = labels.copy()

@@ -43,6 +43,7 @@ import numpy as np
 
 from stochopt.leir.ir import Kernel
 from stochopt.leir.rules import Const
+from stochopt.verify.backprop import VIEW_OPS
 from stochopt.verify.counts import counted_nodes
 from stochopt.verify.relations import affine_step
 
@@ -66,9 +67,6 @@ STEEP, SWITCH_BAND = 1e3, 16.0
 # 1e30, a moderate constant times a sum over a whole cache, a divisor against a tiny
 # numerator), as long as the declared ranges let it reach that far
 REACH_ALONE = 1e6
-# ops between two squarings of a chain that keep its elements' values
-_SQUARE_SAME = frozenset({"load", "store", "relayout", "cast", "slice", "transpose",
-                          "reshape", "broadcast_to"})
 
 
 @dataclass(frozen=True)
@@ -188,7 +186,6 @@ def _dead(target: Target, analysis) -> frozenset[str]:
         low = 0.0 if lo_a <= 0 <= hi_a else min(abs(lo_a), abs(hi_a))
         with np.errstate(divide="ignore"):
             lo, hi = target.power * np.log(low), target.power * np.log(top)
-        size = SWITCH_BAND / BAND
     elif threshold is not None:
         top = max(abs(lo_a), abs(hi_a))
         low = 0.0 if lo_a <= 0 <= hi_a else min(abs(lo_a), abs(hi_a))
@@ -303,9 +300,11 @@ def _target(kernel: Kernel, i: int, counted, analysis) -> Target | None:
     return None
 
 
-# ops a slope passes through unchanged: the same values, or sums of them
-_SLOPE_SAME = frozenset({"load", "store", "relayout", "cast", "slice", "transpose",
-                         "reshape", "broadcast_to", "reduce_sum"})
+def _moved(node) -> bool:
+    """Whether the node hands on its operand's values, only moved (a cast to a float
+    type among them: a truncation is a decision of its own)."""
+    return node.op in VIEW_OPS and type(node.args[0]) is int and (
+        node.op != "cast" or node.type.dtype in ("f32", "bf16"))
 
 
 def _numerator_size(node, analysis) -> float:
@@ -324,8 +323,7 @@ def _squared(node) -> tuple[int, ...]:
     if node.op == "mul" and len(node.args) == 2 and node.args[0] == node.args[1] and \
             type(node.args[0]) is int:
         return (node.args[0],)
-    if node.op in _SQUARE_SAME and type(node.args[0]) is int and node.type.dtype in (
-            "f32", "bf16"):
+    if _moved(node) and node.type.dtype in ("f32", "bf16"):
         return (node.args[0],)
     return ()
 
@@ -352,8 +350,7 @@ def steep_slope(kernel: Kernel, arg: int) -> tuple[float, int]:
     slope, node = 1.0, arg
     while True:
         n = kernel.nodes[node]
-        if n.op in _SLOPE_SAME and type(n.args[0]) is int and (
-                n.op != "cast" or n.type.dtype in ("f32", "bf16")):
+        if _moved(n) or (n.op == "reduce_sum" and type(n.args[0]) is int):  # sums too
             node = n.args[0]
         elif n.op == "abs":
             slope, node = abs(slope), n.args[0]

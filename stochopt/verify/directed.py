@@ -86,6 +86,7 @@ class _Search:
         # side -> (an input that reached it, how, not compared yet): where other values
         # are tried
         self.reached_by: dict[tuple[int, str], tuple[dict, str, bool]] = {}
+        self.quantized_for: set[int] = set()  # decisions given grid inputs in this pass
         self.constants = kernel_constants(self.kernel)
         names = {i: n.attr("name") for i, n in enumerate(self.kernel.nodes) if n.op == "input"}
         # per target, the inputs its decision reads, then those only its branches read
@@ -132,7 +133,7 @@ class _Search:
         every side before the drawn ones, so a short budget tries each), until `until`
         inputs are compared (the rest is kept for the sides still open)."""
         pending, self.reached_by = self.reached_by, {}
-        self.quantized_for: set[int] = set()
+        self.quantized_for.clear()
         for variants in (self._correlated, self._itself, self._redrawn, self._quantized):
             # one variant of each side in turn
             queues = [(variants(inputs, key[0], uncompared), how)
@@ -198,10 +199,11 @@ class _Search:
                                   for n in free})
 
     def _quantized(self, inputs: dict, index: int, _uncompared: bool = False):
-        """Once per decision: fresh inputs whose values the decision reads lie on a grid
-        (moves.py ``grid``: fixed point, bf16, ternary, 0/1), the structures quantized
-        workloads have and a decision written as arithmetic may single out; the random
-        draws never land on one."""
+        """Once per decision in each pass over the sides reached (a side first reached
+        after the first pass gives its decision another round): fresh inputs whose
+        values the decision reads lie on a grid (moves.py ``grid``: fixed point, bf16,
+        ternary, 0/1), the structures quantized workloads have and a decision written
+        as arithmetic may single out; the random draws never land on one."""
         from stochopt.verify.strategies import random_spec_inputs
 
         if index in self.quantized_for:
@@ -446,16 +448,14 @@ def _wanted(target: Target, side: str, near: bool = False
             return [(target.left, (-BF16_WHOLE + 1, BF16_WHOLE - 1))]
         reach = BF16_WHOLE + 8 if near else np.inf
         return [(target.left, (BF16_WHOLE + 1, reach)), (target.left, (-reach, -BF16_WHOLE - 1))]
+    if target.kind == "switch" and near:
+        return []
     if target.kind == "switch" and target.power:  # |left| within e^(w / power) of 1
-        if near:
-            return []
         a, b = np.exp(-SWITCH_BAND / target.power), np.exp(SWITCH_BAND / target.power)
         return {"band": [(target.left, (a, b)), (target.left, (-b, -a))],
                 "below": [(target.left, (-a, a))],
                 "above": [(target.left, (b, np.inf)), (target.left, (-np.inf, -b))]}[side]
     if target.kind == "switch":  # the steep operand into the live band, or past it
-        if near:
-            return []
         w = SWITCH_BAND * target.unit
         if side == "band":  # its open centre first (exp(0): the gate wide open), then all
             return [(target.left, (-w * BAND, w * BAND)), (target.left, (-w, w))]

@@ -111,15 +111,12 @@ def reduction_terms(kernel: Kernel) -> int:
     rounding the same additions in another order differs by about sqrt(terms / 6) units
     in the last place of the terms' size (compare.REORDER_SIGMAS). Taken from the
     baseline, never from the candidate, which could add sums to widen its own floor."""
-    need = [False] * len(kernel.nodes)
-    need[kernel.output] = True
+    from stochopt.verify.traced import needed
+
     terms = 0
-    for i in range(len(kernel.nodes) - 1, -1, -1):
-        if not need[i]:
+    for node, need in zip(kernel.nodes, needed(kernel, [kernel.output]), strict=True):
+        if not need:
             continue
-        node = kernel.nodes[i]
-        for a in node.inputs:
-            need[a] = True
         if node.op == "matmul":
             terms += kernel.nodes[node.inputs[0]].type.shape[-1]
         elif node.op == "reduce_sum":
