@@ -55,6 +55,8 @@ FOLLOW_UPS: dict[str, tuple[str, ...]] = {
     "gather_spread_factor": ("spread_over_more_of_the_tree", "list_schedule"),
     # one load in longer runs: its sibling loads too, then reorder around the relayouts
     "load_in_longer_runs": ("load_in_longer_runs", "list_schedule"),
+    # an epilogue spread by a relayout: its loads go ahead of the spread work
+    "spread_group_by_relayout": ("list_schedule",),
     # K cut into batches: lay the batches out, then reorder
     "split_k_to_batch": ("propagate_layout", "spread_over_more_of_the_tree", "list_schedule"),
     "swap_matmul_orientation": ("cancel_transposes", "hoist_movement", "propagate_layout"),

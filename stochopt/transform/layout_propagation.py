@@ -23,10 +23,10 @@ from collections import Counter
 
 from stochopt.errors import ConstraintError
 from stochopt.leir.ir import Kernel, Node
-from stochopt.leir.layout import Factor, Layout
+from stochopt.leir.layout import LEVELS, Factor, Layout
 from stochopt.leir.ops import ELEMENTWISE, OPS, layout_ops
 from stochopt.leir.rules import make_layout
-from stochopt.transform.edit import rebuild, replace_uses, substitute, with_layout
+from stochopt.transform.edit import rebuild, remap, replace_uses, substitute, with_layout
 
 
 def layout_groups(k: Kernel) -> list[int]:
@@ -214,3 +214,127 @@ def load_in_longer_runs(k: Kernel, site: tuple[int, int, int], machine,
     nodes.append(Node("relayout", (len(nodes) - 1,), (("layout", lay),), load.type,
                       load.name))
     return substitute(k, nodes, i, len(nodes) - 1, machine)
+
+
+# -- spreading a group's work by a relayout at its entries ---------------------------
+
+def _entries(k: Kernel, members: set[int]) -> list[int]:
+    """The members a group's layout cannot be chosen at: the results of matmuls,
+    reductions and movements that the group's elementwise ops read."""
+    return sorted(m for m in members if k.nodes[m].op not in layout_ops()
+                  and OPS[k.nodes[m].op].kind != ELEMENTWISE)
+
+
+def _moved_together(k: Kernel, start: int) -> set[int] | None:
+    """The members of ``start``'s group and of every group that shares a broadcast
+    operand with it (a bias read by each row tile's epilogue): one operand has one
+    layout, so those groups change layout together. None where they are not laid out
+    alike."""
+    groups = layout_groups(k)
+    by_group: dict[int, set[int]] = {}
+    for j, g in enumerate(groups):
+        by_group.setdefault(g, set()).add(j)
+    readers = k.users()
+    layout = k.nodes[start].type.layout
+    todo, seen = [groups[start]], {groups[start]}
+    while todo:
+        for m in by_group[todo.pop()]:
+            if k.nodes[m].type.layout != layout:
+                return None
+            if OPS[k.nodes[m].op].kind != ELEMENTWISE:
+                continue
+            for operand in k.nodes[m].inputs:
+                if k.nodes[operand].type.shape == k.nodes[m].type.shape:
+                    continue
+                for reader in readers[operand]:
+                    g = groups[reader]
+                    if g not in seen and OPS[k.nodes[reader].op].kind == ELEMENTWISE:
+                        seen.add(g)
+                        todo.append(g)
+    return set().union(*(by_group[g] for g in seen))
+
+
+def where_spread_group_by_relayout(k: Kernel) -> list[tuple[int, int, int, str]]:
+    """(entry, axis, factor index, level): a local factor of a group entry's layout and a
+    level the layout does not spread over (often one it is replicated over); one entry
+    for the groups that move together."""
+    groups = layout_groups(k)
+    size = Counter(groups)
+    covered: set[int] = set()
+    sites = []
+    for i, n in enumerate(k.nodes):
+        if i in covered or size[groups[i]] < 2 or n.type.location != "pe" \
+                or n.op in layout_ops() or OPS[n.op].kind == ELEMENTWISE:
+            continue
+        members = _moved_together(k, i)
+        if members is None:
+            continue
+        covered |= members
+        lay = n.type.layout
+        spread = lay.spread()
+        sites += [(i, axis, j, level) for axis, factors in enumerate(lay.axes)
+                  for j, f in enumerate(factors) if f.level is None and f.size > 1
+                  for level in LEVELS if level not in spread]
+    return sites
+
+
+def group_spread_divisors(k: Kernel, site: tuple[int, int, int, str], machine) -> list[int]:
+    i, axis, j, level = site
+    size = k.nodes[i].type.layout.axes[axis][j].size
+    return [d for d in range(2, min(size, machine.fanout[level]) + 1) if size % d == 0]
+
+
+def spread_group_by_relayout(k: Kernel, site: tuple[int, int, int, str], machine,
+                             rng=None, option: int | None = None) -> Kernel | None:
+    """x feeding a group of elementwise ops, laid out A -> relayout(x, A') with A' cutting
+    a local factor of A by d over a level A does not spread over: the group's work is
+    shared by d times more units. Where A is replicated over that level the relayout
+    moves no data (each unit keeps its part of the copy it holds); the group's loads
+    and fulls take A' (derived for broadcast operands), and every group that shares a
+    broadcast operand with it moves too. Values never change."""
+    i, axis, j, level = site
+    divisors = group_spread_divisors(k, site, machine)
+    if not divisors:
+        return None
+    d = option if option is not None else \
+        rng.choice(divisors) if rng is not None else divisors[-1]
+    lay: Layout = k.nodes[i].type.layout
+    factors = lay.axes[axis]
+    axes = list(lay.axes)
+    axes[axis] = factors[:j] + (Factor(d, level), Factor(factors[j].size // d)) \
+        + factors[j + 1:]
+    target = make_layout(lay.shape, axes, lay.replicated - {level})
+    members = _moved_together(k, i)
+    if members is None:
+        raise ConstraintError("spread_group_by_relayout: the groups that share a "
+                              "broadcast operand are laid out differently")
+    nodes = list(k.nodes)
+    for j2 in sorted(members):  # loads, fulls and relayouts take the new layout
+        n = nodes[j2]
+        operands = n.inputs if OPS[n.op].kind == ELEMENTWISE else ()
+        for producer in (j2, *operands):
+            p = nodes[producer]
+            if p.op in layout_ops():
+                new = derived(target, p.type.shape)
+                if new is not None:
+                    nodes[producer] = p.replaced(attrs=with_layout(p.attrs, new))
+    relayout_of: dict[int, int] = {}
+    for entry in _entries(k, members):  # each entry relayouted once, read in the group
+        relayout_of[entry] = len(nodes)
+        nodes.append(Node("relayout", (entry,), (("layout", target),), k.nodes[entry].type))
+    readers = [m for m in members if OPS[k.nodes[m].op].kind == ELEMENTWISE]
+    for m in readers:
+        nodes[m] = remap(nodes[m], relayout_of)
+    return rebuild(k, *_in_order(nodes, len(k.nodes), k.output), machine)
+
+
+def _in_order(nodes: list[Node], count: int, output: int) -> tuple[list[Node], int]:
+    """Move the nodes appended after the first ``count`` to just after the node each
+    reads, so every argument points to an earlier node: (the nodes, the output's
+    index)."""
+    after: dict[int, list[int]] = {}
+    for t in range(count, len(nodes)):
+        after.setdefault(nodes[t].inputs[0], []).append(t)
+    order = [t for s in range(count) for t in (s, *after.get(s, ()))]
+    index = {was: now for now, was in enumerate(order)}
+    return [remap(nodes[was], index) for was in order], index[output]

@@ -26,11 +26,14 @@ from stochopt.transform.edit import common_subexpressions, rebuild, with_layout
 from stochopt.transform.layout_propagation import (
     gather_divisors,
     gather_spread_factor,
+    group_spread_divisors,
     load_in_longer_runs,
     propagate_layout,
+    spread_group_by_relayout,
     where_gather_spread_factor,
     where_load_in_longer_runs,
     where_propagate_layout,
+    where_spread_group_by_relayout,
 )
 from stochopt.transform.load_merging import load_slices_together, where_load_slices_together
 from stochopt.transform.local_rules import ARITHMETIC, DTYPES, MOVEMENT
@@ -250,6 +253,12 @@ RULES: list[Rule] = [
     Rule("gather_spread_factor", "split a spread factor d_LEVEL of an axis into (d/g)_LEVEL x g "
       "local in every layout that lays the axis out alike: longer DRAM runs, shorter trees",
          where_gather_spread_factor, gather_spread_factor, options=gather_divisors),
+    Rule("spread_group_by_relayout", "f(x) -> f(relayout(x, A')) for the elementwise ops "
+      "f a matmul's or reduction's result x feeds: A' cuts a local factor of x's layout by "
+      "d over a level it does not spread over (free where x is replicated there), the "
+      "group's loads and fulls re-derived; groups sharing a broadcast operand move together",
+         where_spread_group_by_relayout, spread_group_by_relayout,
+         options=group_spread_divisors),
     Rule("load_in_longer_runs", "load(x, A) -> relayout(load(x, A'), A): this load alone "
       "reads DRAM in longer runs",
          where_load_in_longer_runs, load_in_longer_runs, options=gather_divisors),
