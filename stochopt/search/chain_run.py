@@ -30,12 +30,13 @@ from stochopt.search.objective import Objective
 from stochopt.search.proposers import Bandit, ChainProposer
 from stochopt.search.values import CachedScreening
 from stochopt.spec import Spec
-from stochopt.transform.greedy import REDESCENTS, descend, escape_and_descend
+from stochopt.transform.greedy import REDESCENTS, Descent, descend, escape_and_descend
 from stochopt.transform.lookahead import kernel_key
 from stochopt.transform.plan import Step
 from stochopt.tuning.transfer import opening_starts
 
 ESCAPE_TIME = 0.2  # the share of a chain's time its fruitless escapes may take
+OPENING_TIME = 0.05  # the share of a chain's time the opening's randomized descents take
 
 
 @dataclass
@@ -104,14 +105,34 @@ class ChainRun:
         descents = [descend(start, self.machine, self.objective.error,
                             random.Random(self.opening_seed), deadline=self.checks.deadline)
                     for start, _ in starts]
-        best = min(range(len(starts)), key=lambda i: descents[i].cycles)
+        greedy = len(descents)
+        descents += self._randomized_descents(kernel)
+        starts += [(kernel, [])] * (len(descents) - greedy)
+        best = min(range(len(descents)), key=lambda i: descents[i].cycles)  # ties: greedy's
         steps = list(starts[best][1]) + descents[best].plan
         if self.config.escape_kernels:
             self.proposer.opening = self._escape  # the next proposal
         if starts[best][0] is not kernel:
             return Candidate("rewrite", "transfer", descents[best].kernel, steps=steps)
-        return Candidate("rewrite", "fixpoint", descents[best].kernel, steps=steps) \
+        move = "fixpoint" if best < greedy else "randomized_descent"
+        return Candidate("rewrite", move, descents[best].kernel, steps=steps) \
             if descents[best].steps else None
+
+    def _randomized_descents(self, kernel: Kernel) -> list[Descent]:
+        """ChainConfig.opening_descents descents from ``kernel``, each step drawn among the
+        fastest improving rewrites; chain i of a run draws its own, and they stop once
+        they have taken OPENING_TIME of the chain's time."""
+        config, out = self.config, []
+        deadline = self.checks.deadline
+        if deadline is not None:
+            deadline = min(deadline, time.monotonic() + OPENING_TIME * (deadline - self.made_at))
+        for j in range(config.opening_descents):
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            rng = random.Random(f"{self.opening_seed}:{self.index}:{j}")
+            out.append(descend(kernel, self.machine, self.objective.error, rng,
+                               deadline=deadline, choose=config.opening_choose))
+        return out
 
     @property
     def opening_seed(self) -> int:

@@ -20,6 +20,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import NamedTuple
 
 from stochopt.backend.cost import cost
@@ -83,14 +84,16 @@ def greedy_fixpoint(kernel: Kernel, spec: Spec, machine, baseline: Kernel | None
 
 
 def descend(kernel: Kernel, machine, screening_error: Callable[[Kernel], float],
-            rng: random.Random, max_steps: int = 200, deadline: float | None = None
-            ) -> Descent:
+            rng: random.Random, max_steps: int = 200, deadline: float | None = None,
+            choose: int = 1) -> Descent:
     """The rewrite rules to a fixpoint, screened but not fully checked: at each step the
     rewrite that lowers the cycles most and keeps every screening input exact. Returns
     the kernel, its cycles, the steps taken (rule, cycles after it), how many rewrites
     were tried and the plan that replays the steps. ``rng`` is for the rules that draw a
     parameter (a divisor). Past ``deadline`` (time.monotonic) it stops with the steps
-    already taken."""
+    already taken. ``choose`` > 1: a randomized descent (GRASP's), each step drawn from
+    ``rng`` among the ``choose`` fastest improving rewrites that keep the screening
+    inputs exact, so that descents from one kernel end in different basins."""
     current, cycles = kernel, cost(kernel, machine).cycles
     steps: list[tuple[str, int]] = []
     plan: list[Step] = []
@@ -105,11 +108,11 @@ def descend(kernel: Kernel, machine, screening_error: Callable[[Kernel], float],
             if c is not None and c < cycles:
                 options.append((c, step, out))
         options.sort(key=lambda o: o[0])
-        better = next(((c, step, out) for c, step, out in options
-                       if screening_error(out) == 0), None)
-        if better is None:
+        passing = ((c, step, out) for c, step, out in options if screening_error(out) == 0)
+        better = list(islice(passing, choose))
+        if not better:
             break  # the fixpoint: no rule lowers the cycle count
-        cycles, step, current = better
+        cycles, step, current = better[0] if choose == 1 else rng.choice(better)
         steps.append((step.rule, cycles))
         plan.append(step)
     return Descent(current, cycles, steps, candidates, plan)

@@ -17,11 +17,18 @@ from stochopt.transform.greedy import descend, greedy_fixpoint
 from stochopt.verify.screening import ScreeningSet
 
 ROOT = Path(__file__).resolve().parents[2]
+OPENINGS = ("fixpoint", "randomized_descent")  # greedy's descent won, or another did
 
 
 @pytest.fixture(scope="module")
 def softmax():
     spec = load_spec(ROOT / "specs" / "softmax.py")
+    return spec, lower(spec)
+
+
+@pytest.fixture(scope="module")
+def attention_scores():
+    spec = load_spec(ROOT / "specs" / "attention_scores.py")
     return spec, lower(spec)
 
 
@@ -53,8 +60,10 @@ def test_every_chain_of_a_run_opens_where_greedy_with_the_runs_seed_stops(softma
     greedy = greedy_fixpoint(baseline, spec, MNCORE2, examples=20, seed=0)
     # chain 1 of a seed-0 run: its own seed draws other spread divisors (on softmax it
     # stops 1,000 cycles above greedy); the run's seed makes it start where chain 0 does
-    own = cost(first_proposal(make_chain(softmax, ["mutate", "rewrite"], seed=1)).kernel)
-    run = make_chain(softmax, ["mutate", "rewrite"], seed=1, opening_seed=0)
+    own = cost(first_proposal(make_chain(softmax, ["mutate", "rewrite"], seed=1,
+                                         opening_descents=0)).kernel)
+    run = make_chain(softmax, ["mutate", "rewrite"], seed=1, opening_seed=0,
+                     opening_descents=0)
     assert cost(first_proposal(run).kernel).cycles == greedy.cycles < own.cycles
 
 
@@ -64,7 +73,7 @@ def test_both_chains_of_a_run_open_with_the_same_kernel(tmp_path):
     from stochopt.search import optimize
     optimize(str(ROOT / "specs" / "softmax.py"), budget="60s", chains=2, seed=0,
              proposer="rewrite", max_proposals=2, run_dir=str(tmp_path / "run"),
-             config=ChainConfig(full_examples=10))
+             config=ChainConfig(full_examples=10, opening_descents=0))
     events = [e for e in read_events(tmp_path / "run" / "events.jsonl")
               if e.get("move") == "fixpoint"]
     assert sorted(e["chain"] for e in events) == [0, 1]
@@ -75,10 +84,29 @@ def test_the_fixpoint_goes_through_the_chain_like_any_candidate(softmax):
     chain = make_chain(softmax, ["mutate", "rewrite"], seed=3)
     chain.checks.best_cycles = 1  # no full check: only the Metropolis-Hastings decision
     event, best, _ = chain.step()
-    assert (event["proposer"], event["move"], event["outcome"]) == \
-        ("rewrite", "fixpoint", "accepted")
+    assert (event["proposer"], event["outcome"]) == ("rewrite", "accepted")
+    assert event["move"] in OPENINGS
     assert event["cycles"] == chain.chain.current_cycles < cost(softmax[1]).cycles
-    assert first_proposal(chain).move != "fixpoint"  # once per chain, not every step
+    assert first_proposal(chain).move not in OPENINGS  # once per chain, not every step
+
+
+def test_randomized_descents_open_in_a_faster_basin_than_greedys(attention_scores):
+    """Greedy's order ends attention_scores far above where other orders of the same
+    rules end; the opening proposes the fastest of its descents, greedy's included."""
+    spec, baseline = attention_scores
+    screening = ScreeningSet(spec, baseline, MNCORE2, seed=0)
+    greedy = descend(baseline, MNCORE2, screening.error, random.Random(0))
+    run = ChainRun(0, spec, baseline, cost(baseline).cycles, baseline, MNCORE2,
+                   ["rewrite"], 0, ChainConfig(escape_kernels=0))
+    opening = first_proposal(run)
+    assert opening.move == "randomized_descent"
+    assert cost(opening.kernel).cycles < 0.8 * greedy.cycles
+    assert run.objective.error(opening.kernel) == 0
+    from stochopt.transform.plan import apply_plan
+    assert apply_plan(baseline, opening.steps, MNCORE2).kernel.terms == opening.kernel.terms
+    alone = ChainRun(0, spec, baseline, cost(baseline).cycles, baseline, MNCORE2,
+                     ["rewrite"], 0, ChainConfig(escape_kernels=0, opening_descents=0))
+    assert cost(first_proposal(alone).kernel).cycles == greedy.cycles
 
 
 def test_no_fixpoint_without_the_rewrite_arm_or_when_turned_off(softmax):
@@ -112,7 +140,7 @@ def test_the_opening_earns_the_bandit_nothing(softmax):
     chain = make_chain(softmax, ["mutate", "rewrite"], seed=2)
     chain.checks.best_cycles = 1
     event, _, _ = chain.step()
-    assert event["move"] == "fixpoint"
+    assert event["move"] in OPENINGS
     assert all(arm.proposals == 0 and arm.improvement == 0
                for arm in chain.proposer.bandit.arms.values())
 
