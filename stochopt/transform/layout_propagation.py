@@ -221,20 +221,18 @@ def load_in_longer_runs(k: Kernel, site: tuple[int, int, int], machine,
 def _entries(k: Kernel, members: set[int]) -> list[int]:
     """The members a group's layout cannot be chosen at: the results of matmuls,
     reductions and movements that the group's elementwise ops read."""
-    return sorted(m for m in members if k.nodes[m].op not in layout_ops()
-                  and OPS[k.nodes[m].op].kind != ELEMENTWISE)
+    return sorted(m for m in members if _is_entry(k.nodes[m]))
 
 
-def _moved_together(k: Kernel, start: int) -> set[int] | None:
+def _moved_together(k: Kernel, start: int, groups: list[int],
+                    readers: list[list[int]]) -> set[int] | None:
     """The members of ``start``'s group and of every group that shares a broadcast
     operand with it (a bias read by each row tile's epilogue): one operand has one
     layout, so those groups change layout together. None where they are not laid out
-    alike."""
-    groups = layout_groups(k)
-    by_group: dict[int, set[int]] = {}
+    alike. ``groups``: layout_groups(k); ``readers``: k.users()."""
+    by_group: dict[int, list[int]] = {}
     for j, g in enumerate(groups):
-        by_group.setdefault(g, set()).add(j)
-    readers = k.users()
+        by_group.setdefault(g, []).append(j)
     layout = k.nodes[start].type.layout
     todo, seen = [groups[start]], {groups[start]}
     while todo:
@@ -251,26 +249,36 @@ def _moved_together(k: Kernel, start: int) -> set[int] | None:
                     if g not in seen and OPS[k.nodes[reader].op].kind == ELEMENTWISE:
                         seen.add(g)
                         todo.append(g)
-    return set().union(*(by_group[g] for g in seen))
+    return {m for g in seen for m in by_group[g]}
+
+
+def _is_entry(node: Node) -> bool:
+    """A value on the PEs whose layout its op decides (a matmul's, a reduction's, a
+    movement's), not a load's, full's or relayout's, nor an elementwise op's."""
+    return node.type.location == "pe" and node.op not in layout_ops() \
+        and node.op != "input" and OPS[node.op].kind != ELEMENTWISE
 
 
 def where_spread_group_by_relayout(k: Kernel) -> list[tuple[int, int, int, str]]:
     """(entry, axis, factor index, level): a local factor of a group entry's layout and a
     level the layout does not spread over (often one it is replicated over); one entry
     for the groups that move together."""
+    entries = [i for i, n in enumerate(k.nodes) if _is_entry(n)]
+    if not entries:
+        return []
     groups = layout_groups(k)
     size = Counter(groups)
+    readers = k.users()
     covered: set[int] = set()
     sites = []
-    for i, n in enumerate(k.nodes):
-        if i in covered or size[groups[i]] < 2 or n.type.location != "pe" \
-                or n.op in layout_ops() or OPS[n.op].kind == ELEMENTWISE:
+    for i in entries:
+        if i in covered or size[groups[i]] < 2:
             continue
-        members = _moved_together(k, i)
+        members = _moved_together(k, i, groups, readers)
         if members is None:
             continue
         covered |= members
-        lay = n.type.layout
+        lay = k.nodes[i].type.layout
         spread = lay.spread()
         sites += [(i, axis, j, level) for axis, factors in enumerate(lay.axes)
                   for j, f in enumerate(factors) if f.level is None and f.size > 1
@@ -304,7 +312,7 @@ def spread_group_by_relayout(k: Kernel, site: tuple[int, int, int, str], machine
     axes[axis] = factors[:j] + (Factor(d, level), Factor(factors[j].size // d)) \
         + factors[j + 1:]
     target = make_layout(lay.shape, axes, lay.replicated - {level})
-    members = _moved_together(k, i)
+    members = _moved_together(k, i, layout_groups(k), k.users())
     if members is None:
         raise ConstraintError("spread_group_by_relayout: the groups that share a "
                               "broadcast operand are laid out differently")
