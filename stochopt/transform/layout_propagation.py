@@ -297,9 +297,9 @@ def spread_group_by_relayout(k: Kernel, site: tuple[int, int, int, str], machine
     """x feeding a group of elementwise ops, laid out A -> relayout(x, A') with A' cutting
     a local factor of A by d over a level A does not spread over: the group's work is
     shared by d times more units. Where A is replicated over that level the relayout
-    moves no data (each unit keeps its part of the copy it holds); the group's loads
-    and fulls take A' (derived for broadcast operands), and every group that shares a
-    broadcast operand with it moves too. Values never change."""
+    moves nothing over the tree (each unit copies its part of the copy it holds); the
+    group's loads and fulls take A' (derived for broadcast operands), and every group
+    that shares a broadcast operand with it moves too. Values never change."""
     i, axis, j, level = site
     divisors = group_spread_divisors(k, site, machine)
     if not divisors:
