@@ -92,21 +92,19 @@ def test_the_fixpoint_goes_through_the_chain_like_any_candidate(softmax):
 
 def test_randomized_descents_open_in_a_faster_basin_than_greedys(attention_scores):
     """Greedy's order ends attention_scores far above where other orders of the same
-    rules end; the opening proposes the fastest of its descents, greedy's included."""
+    rules end; the opening proposes the fastest of its descents, greedy's included
+    (with opening_descents=0 it is greedy's: the test above)."""
+    from stochopt.transform.plan import apply_plan
     spec, baseline = attention_scores
     screening = ScreeningSet(spec, baseline, MNCORE2, seed=0)
     greedy = descend(baseline, MNCORE2, screening.error, random.Random(0))
     run = ChainRun(0, spec, baseline, cost(baseline).cycles, baseline, MNCORE2,
-                   ["rewrite"], 0, ChainConfig(escape_kernels=0))
+                   ["rewrite"], 0, ChainConfig(escape_kernels=0, opening_descents=4))
     opening = first_proposal(run)
     assert opening.move == "randomized_descent"
     assert cost(opening.kernel).cycles < 0.8 * greedy.cycles
     assert run.objective.error(opening.kernel) == 0
-    from stochopt.transform.plan import apply_plan
     assert apply_plan(baseline, opening.steps, MNCORE2).kernel.terms == opening.kernel.terms
-    alone = ChainRun(0, spec, baseline, cost(baseline).cycles, baseline, MNCORE2,
-                     ["rewrite"], 0, ChainConfig(escape_kernels=0, opening_descents=0))
-    assert cost(first_proposal(alone).kernel).cycles == greedy.cycles
 
 
 def test_no_fixpoint_without_the_rewrite_arm_or_when_turned_off(softmax):
