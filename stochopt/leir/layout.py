@@ -176,6 +176,12 @@ def simple_layout(shape: tuple[int, ...], fanout: dict[str, int],
     return Layout(tuple(shape), tuple(axes), frozenset(replicated))
 
 
+def divisors_within(n: int, cap: int) -> list[int]:
+    """The divisors of n from 2 to cap: the ways to cut a factor of n over a level of
+    cap units."""
+    return [d for d in range(2, min(n, cap) + 1) if n % d == 0]
+
+
 def _largest_divisor_at_most(n: int, cap: int) -> int:
     for d in range(min(n, cap), 0, -1):
         if n % d == 0:

@@ -23,7 +23,7 @@ from collections import Counter
 
 from stochopt.errors import ConstraintError
 from stochopt.leir.ir import Kernel, Node
-from stochopt.leir.layout import LEVELS, Factor, Layout
+from stochopt.leir.layout import LEVELS, Factor, Layout, divisors_within
 from stochopt.leir.ops import ELEMENTWISE, OPS, layout_ops
 from stochopt.leir.rules import make_layout
 from stochopt.transform.edit import rebuild, remap, replace_uses, substitute, with_layout
@@ -69,6 +69,20 @@ def propagate_layout(k: Kernel, site: tuple[str, int], machine, rng=None) -> Ker
         target = k.nodes[i].attr("layout")
     groups = layout_groups(k)
     members = [j for j, g in enumerate(groups) if g == groups[i] and j != i]
+    changed = _take_layout(nodes, k, members, target)
+    if kind == "member" and not changed:
+        raise ConstraintError("propagate_layout: the group already has that layout")
+    for j, n in enumerate(nodes):  # relayouts that now move nothing
+        if n.op == "relayout" and j in members and isinstance(n.args[0], int) \
+                and _layout_of(nodes, k, n.args[0]) == n.attr("layout"):
+            nodes = replace_uses(nodes, j, n.args[0])
+    return rebuild(k, nodes, k.output, machine)
+
+
+def _take_layout(nodes: list[Node], k: Kernel, members, target: Layout) -> bool:
+    """Give every load, full and relayout that makes a member, or a broadcast operand of
+    an elementwise member, the layout derived from ``target`` (in ``nodes``, in place);
+    whether any changed."""
     changed = False
     for j in members:
         operands = k.nodes[j].inputs if OPS[k.nodes[j].op].kind == ELEMENTWISE else ()
@@ -80,13 +94,7 @@ def propagate_layout(k: Kernel, site: tuple[str, int], machine, rng=None) -> Ker
             if new is not None and new != n.attr("layout"):
                 nodes[producer] = n.replaced(attrs=with_layout(n.attrs, new))
                 changed = True
-    if kind == "member" and not changed:
-        raise ConstraintError("propagate_layout: the group already has that layout")
-    for j, n in enumerate(nodes):  # relayouts that now move nothing
-        if n.op == "relayout" and j in members and isinstance(n.args[0], int) \
-                and _layout_of(nodes, k, n.args[0]) == n.attr("layout"):
-            nodes = replace_uses(nodes, j, n.args[0])
-    return rebuild(k, nodes, k.output, machine)
+    return changed
 
 
 def derived(target: Layout, shape: tuple[int, ...]) -> Layout | None:
@@ -134,7 +142,7 @@ def gather_divisors(k: Kernel, site: tuple[int, int, int], machine=None) -> list
     """How much of the spread factor at ``site`` may be made local: its divisors."""
     i, axis, j = site
     d = k.nodes[i].attr("layout").axes[axis][j].size
-    return [g for g in range(2, d + 1) if d % g == 0]
+    return divisors_within(d, d)
 
 
 def _gathered_axis(k: Kernel, site: tuple[int, int, int], rng, option: int | None
@@ -289,7 +297,7 @@ def where_spread_group_by_relayout(k: Kernel) -> list[tuple[int, int, int, str]]
 def group_spread_divisors(k: Kernel, site: tuple[int, int, int, str], machine) -> list[int]:
     i, axis, j, level = site
     size = k.nodes[i].type.layout.axes[axis][j].size
-    return [d for d in range(2, min(size, machine.fanout[level]) + 1) if size % d == 0]
+    return divisors_within(size, machine.fanout[level])
 
 
 def spread_group_by_relayout(k: Kernel, site: tuple[int, int, int, str], machine,
@@ -317,15 +325,7 @@ def spread_group_by_relayout(k: Kernel, site: tuple[int, int, int, str], machine
         raise ConstraintError("spread_group_by_relayout: the groups that share a "
                               "broadcast operand are laid out differently")
     nodes = list(k.nodes)
-    for j2 in sorted(members):  # loads, fulls and relayouts take the new layout
-        n = nodes[j2]
-        operands = n.inputs if OPS[n.op].kind == ELEMENTWISE else ()
-        for producer in (j2, *operands):
-            p = nodes[producer]
-            if p.op in layout_ops():
-                new = derived(target, p.type.shape)
-                if new is not None:
-                    nodes[producer] = p.replaced(attrs=with_layout(p.attrs, new))
+    _take_layout(nodes, k, sorted(members), target)
     relayout_of: dict[int, int] = {}
     for entry in _entries(k, members):  # each entry relayouted once, read in the group
         relayout_of[entry] = len(nodes)

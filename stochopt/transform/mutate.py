@@ -12,7 +12,7 @@ from collections.abc import Callable, Hashable, Mapping
 
 from stochopt.errors import StochoptError
 from stochopt.leir.ir import Kernel, Node
-from stochopt.leir.layout import LEVELS, Factor, Layout
+from stochopt.leir.layout import LEVELS, Factor, Layout, divisors_within
 from stochopt.leir.ops import OPS, layout_ops, siblings
 from stochopt.leir.rules import make_layout
 from stochopt.transform.choice import weighted_choice
@@ -52,7 +52,7 @@ def mutate_layout(layout: Layout, rng: random.Random, fanout: dict[str, int]) ->
             i, j = rng.choice(candidates)
             level = rng.choice(free)
             size = axes[i][j].size
-            divisors = [d for d in range(2, min(size, fanout[level]) + 1) if size % d == 0]
+            divisors = divisors_within(size, fanout[level])
             if divisors:
                 d = rng.choice(divisors)
                 axes[i][j:j + 1] = [Factor(d, level), Factor(size // d)]

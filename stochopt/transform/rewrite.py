@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from stochopt.errors import StochoptError
 from stochopt.leir.ir import Kernel, Node
-from stochopt.leir.layout import LEVELS, Factor, Layout
+from stochopt.leir.layout import LEVELS, Factor, Layout, divisors_within
 from stochopt.leir.ops import layout_ops
 from stochopt.leir.rules import canonical_axes, make_layout
 from stochopt.transform import algebraic_forms as forms
@@ -176,7 +176,7 @@ def spread_divisors(k: Kernel, site, machine) -> list[int]:
     i, neg_axis, j, level = site
     lay: Layout = k.nodes[i].attr("layout")
     size = lay.axes[neg_axis + len(lay.shape)][j].size
-    return [d for d in range(2, min(size, machine.fanout[level]) + 1) if size % d == 0]
+    return divisors_within(size, machine.fanout[level])
 
 
 def spread_over_more_of_the_tree(k: Kernel, site, machine, rng=None,
