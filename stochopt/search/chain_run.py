@@ -95,8 +95,9 @@ class ChainRun:
         candidate screened, costed and checked like any other, so the run starts where the
         classical compiler stops. The spread rule's divisors come from a generator seeded
         as greedy's is (``ChainConfig.opening_seed``): in a run with seed s every chain
-        descends as greedy with seed s does. It stops at the chain's deadline with the
-        steps taken; None if no rule helps."""
+        descends as greedy with seed s does. A randomized descent from the same kernel
+        that ends strictly faster is proposed instead (``_randomized_descents``). It
+        stops at the chain's deadline with the steps taken; None if no rule helps."""
         # with plans that won on similar specs, the descent also starts from their best
         # replay (stochopt/tuning/transfer.py); the faster result is proposed, with the
         # plan from the kernel to it (the replay's steps, then the descent's)
@@ -105,17 +106,16 @@ class ChainRun:
         descents = [descend(start, self.machine, self.objective.error,
                             random.Random(self.opening_seed), deadline=self.checks.deadline)
                     for start, _ in starts]
-        greedy = len(descents)
-        descents += self._randomized_descents(kernel)
-        starts += [(kernel, [])] * (len(descents) - greedy)
-        best = min(range(len(descents)), key=lambda i: descents[i].cycles)  # ties: greedy's
+        best = min(range(len(starts)), key=lambda i: descents[i].cycles)
         steps = list(starts[best][1]) + descents[best].plan
         if self.config.escape_kernels:
             self.proposer.opening = self._escape  # the next proposal
+        other = min(self._randomized_descents(kernel), key=lambda d: d.cycles, default=None)
+        if other is not None and other.cycles < descents[best].cycles:  # ties: greedy's
+            return Candidate("rewrite", "randomized_descent", other.kernel, steps=other.plan)
         if starts[best][0] is not kernel:
             return Candidate("rewrite", "transfer", descents[best].kernel, steps=steps)
-        move = "fixpoint" if best < greedy else "randomized_descent"
-        return Candidate("rewrite", move, descents[best].kernel, steps=steps) \
+        return Candidate("rewrite", "fixpoint", descents[best].kernel, steps=steps) \
             if descents[best].steps else None
 
     def _randomized_descents(self, kernel: Kernel) -> list[Descent]:
