@@ -232,15 +232,21 @@ def _entries(k: Kernel, members: set[int]) -> list[int]:
     return sorted(m for m in members if _is_entry(k.nodes[m]))
 
 
-def _moved_together(k: Kernel, start: int, groups: list[int],
-                    readers: list[list[int]]) -> set[int] | None:
-    """The members of ``start``'s group and of every group that shares a broadcast
-    operand with it (a bias read by each row tile's epilogue): one operand has one
-    layout, so those groups change layout together. None where they are not laid out
-    alike. ``groups``: layout_groups(k); ``readers``: k.users()."""
+def _grouped(k: Kernel) -> tuple[list[int], dict[int, list[int]], list[list[int]]]:
+    """layout_groups(k), the members of each group, and each node's readers."""
+    groups = layout_groups(k)
     by_group: dict[int, list[int]] = {}
     for j, g in enumerate(groups):
         by_group.setdefault(g, []).append(j)
+    return groups, by_group, k.users()
+
+
+def _moved_together(k: Kernel, start: int, grouped) -> set[int] | None:
+    """The members of ``start``'s group and of every group that shares a broadcast
+    operand with it (a bias read by each row tile's epilogue): one operand has one
+    layout, so those groups change layout together. None where they are not laid out
+    alike. ``grouped``: _grouped(k)."""
+    groups, by_group, readers = grouped
     layout = k.nodes[start].type.layout
     todo, seen = [groups[start]], {groups[start]}
     while todo:
@@ -274,15 +280,14 @@ def where_spread_group_by_relayout(k: Kernel) -> list[tuple[int, int, int, str]]
     entries = [i for i, n in enumerate(k.nodes) if _is_entry(n)]
     if not entries:
         return []
-    groups = layout_groups(k)
-    size = Counter(groups)
-    readers = k.users()
+    grouped = _grouped(k)
+    groups, by_group, _ = grouped
     covered: set[int] = set()
     sites = []
     for i in entries:
-        if i in covered or size[groups[i]] < 2:
+        if i in covered or len(by_group[groups[i]]) < 2:
             continue
-        members = _moved_together(k, i, groups, readers)
+        members = _moved_together(k, i, grouped)
         if members is None:
             continue
         covered |= members
@@ -320,7 +325,7 @@ def spread_group_by_relayout(k: Kernel, site: tuple[int, int, int, str], machine
     axes[axis] = factors[:j] + (Factor(d, level), Factor(factors[j].size // d)) \
         + factors[j + 1:]
     target = make_layout(lay.shape, axes, lay.replicated - {level})
-    members = _moved_together(k, i, layout_groups(k), k.users())
+    members = _moved_together(k, i, _grouped(k))
     if members is None:
         raise ConstraintError("spread_group_by_relayout: the groups that share a "
                               "broadcast operand are laid out differently")
