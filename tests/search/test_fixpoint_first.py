@@ -93,7 +93,7 @@ def test_the_fixpoint_goes_through_the_chain_like_any_candidate(softmax):
 def test_randomized_descents_open_in_a_faster_basin_than_greedys(attention_scores):
     """Greedy's order ends attention_scores far above where other orders of the same
     rules end; the opening proposes the fastest of its descents, greedy's included
-    (with opening_descents=0 it is greedy's: the test above)."""
+    (with opening_descents=0 it is greedy's: test_every_chain_of_a_run_opens_...)."""
     from stochopt.transform.plan import apply_plan
     spec, baseline = attention_scores
     screening = ScreeningSet(spec, baseline, MNCORE2, seed=0)
